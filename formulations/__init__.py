@@ -1,0 +1,17 @@
+"""Exact formulations of the plan space, importable by research code.
+
+- ``build_stage_graph(instance)``: the plan space as a layered DAG of stage options
+  (``stagegraph``), priced by the evaluator's own code;
+- ``shortest_path(sg, objective)``: the dynamic program (``dp``);
+- ``build_milp(sg, objective)``: a Pyomo ``ConcreteModel`` (``milp``), HiGHS by default;
+- ``build_cpsat(sg, objective)``: an OR-Tools ``CpModel`` with handles (``cpsat``);
+- ``sg.plan_from_arcs(arcs)``: a solved model back into a ``Plan``.
+"""
+
+from .cpsat import CpsatModel, build_cpsat
+from .dp import prefix_suffix, shortest_path
+from .milp import build_milp, solution_arcs
+from .stagegraph import Arc, StageGraph, StageOption, build_stage_graph, stage_options
+
+__all__ = ["Arc", "StageGraph", "StageOption", "build_stage_graph", "stage_options", "shortest_path",
+           "prefix_suffix", "build_milp", "solution_arcs", "build_cpsat", "CpsatModel"]

@@ -1,0 +1,141 @@
+"""CP-SAT model of the plan space (OR-Tools), the same path flow as the MILP in integers.
+
+Times are scaled to integer nanoseconds and energies to nanojoules (``TIME_RES`` = 1e-9 s,
+``ENERGY_RES`` = 1e-9 J): every arc's cost is rounded to the nearest unit, so a plan of ``k``
+stages may differ from the evaluator by at most ``(k + 1) / 2`` units (``tolerance``).
+Memory is exact (bytes).
+
+``build_cpsat(sg, objective)`` returns a ``CpsatModel``: ``model`` (the ``CpModel``), ``x``
+(arc -> BoolVar), ``end`` (terminal -> BoolVar), ``memory`` (device -> IntVar), ``latency``,
+``energy`` (linear expressions in units), ``period`` (IntVar or None) and ``scale`` (units per
+objective unit). Add constraints to ``model`` before solving.
+
+>>> from ortools.sat.python import cp_model                       # doctest: +SKIP
+>>> from formulations import build_stage_graph, build_cpsat
+>>> sg = build_stage_graph(instance)                             # doctest: +SKIP
+>>> cm = build_cpsat(sg, "latency")                              # doctest: +SKIP
+>>> cm.model.Add(cm.memory[0] <= 64_000_000)   # your own constraint   # doctest: +SKIP
+>>> solver = cp_model.CpSolver(); solver.Solve(cm.model)          # doctest: +SKIP
+>>> plan = sg.plan_from_arcs(cm.solution_arcs(solver))            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from .stagegraph import StageGraph
+
+TIME_RES = 1e-9  # seconds per unit
+ENERGY_RES = 1e-9  # joules per unit
+
+
+@dataclass
+class CpsatModel:
+    model: cp_model.CpModel
+    x: dict
+    end: dict
+    memory: dict
+    latency: object
+    energy: object
+    period: object
+    objective: str
+    scale: float  # model units per objective unit (1 / resolution; 1 for memory bytes)
+    n_layers: int
+
+    @property
+    def tolerance(self) -> float:
+        """Largest absolute difference, in objective units, rounding can cause on one plan."""
+        return 0.0 if self.objective == "memory" else (self.n_layers + 1) * 0.5 / self.scale
+
+    def solution_arcs(self, solver: cp_model.CpSolver) -> list[int]:
+        return sorted((a for a, v in self.x.items() if solver.Value(v)), key=lambda a: a)
+
+
+def _units(v: float, res: float) -> int:
+    return int(round(v / res))
+
+
+def build_cpsat(sg: StageGraph, objective: str, arcs: list[int] | None = None) -> CpsatModel:
+    """A CP-SAT model of the plan space ``sg`` (restricted to ``arcs`` when given)."""
+    inst = sg.instance
+    n_dev = len(inst.devices)
+    n_layers = len(inst.graph.layers)
+    arc_ids = list(range(len(sg.arcs))) if arcs is None else list(arcs)
+    keep = set(arc_ids)
+    m = cp_model.CpModel()
+    x = {a: m.NewBoolVar(f"x{a}") for a in arc_ids}
+    end = {t: m.NewBoolVar(f"end{t}") for t in sg.terminals}
+    for v in range(sg.n_nodes):
+        inflow = [x[a] for a in sg.in_arcs[v] if a in keep]
+        outflow = [x[a] for a in sg.out_arcs[v] if a in keep]
+        if v == sg.source:
+            m.AddExactlyOne(outflow)
+        elif v in sg.terminals:
+            m.Add(sum(inflow) == end[v])
+        elif inflow or outflow:
+            m.Add(sum(inflow) == sum(outflow))
+    covering: list[list[int]] = [[] for _ in range(n_layers)]
+    for a in arc_ids:
+        o = sg.arcs[a].option
+        for lid in range(o.first, o.last + 1):
+            covering[lid].append(a)
+    for lid in range(n_layers):
+        m.AddExactlyOne([x[a] for a in covering[lid]])
+
+    memory = {}
+    memory_ub = {}
+    caps = {d: dev.memory_bytes for d, dev in enumerate(inst.devices)
+            if dev.memory_bytes is not None and inst.constraints.memory}
+    for d in range(n_dev):
+        wmax = sum(max((sg.arcs[a].weights[d] for a in covering[l]), default=0) for l in range(n_layers))
+        smax = max((sg.arcs[a].working[d] for a in arc_ids), default=0)
+        working = m.NewIntVar(0, smax, f"working{d}")
+        for lid in range(n_layers):
+            m.Add(working >= sum(sg.arcs[a].working[d] * x[a] for a in covering[lid] if sg.arcs[a].working[d]))
+        mem = m.NewIntVar(0, wmax + smax, f"memory{d}")
+        memory_ub[d] = wmax + smax
+        m.Add(mem == sum(sg.arcs[a].weights[d] * x[a] for a in arc_ids if sg.arcs[a].weights[d]) + working)
+        if d in caps:
+            m.Add(mem <= caps[d])
+        memory[d] = mem
+
+    latency = (sum(_units(sg.arcs[a].tau, TIME_RES) * x[a] for a in arc_ids)
+               + sum(_units(sg.terminals[t].gather_s, TIME_RES) * end[t] for t in end))
+    energy = (sum(_units(sg.arcs[a].energy, ENERGY_RES) * x[a] for a in arc_ids)
+              + sum(_units(sg.terminals[t].energy, ENERGY_RES) * end[t] for t in end))
+    if inst.constraints.latency_s is not None:
+        m.Add(latency <= _units(float(inst.constraints.latency_s), TIME_RES))
+    if inst.constraints.energy_j is not None:
+        m.Add(energy <= _units(float(inst.constraints.energy_j), ENERGY_RES))
+
+    period = None
+    scale = 1.0 / TIME_RES
+    if objective == "period":
+        loads = []
+        for d in range(n_dev):
+            loads.append(sum(_units(sg.arcs[a].load[d], TIME_RES) * x[a] for a in arc_ids if sg.arcs[a].load[d])
+                         + sum(_units(sg.terminals[t].load[d], TIME_RES) * end[t] for t in end))
+        if inst.network.medium == "shared":
+            loads.append(sum(_units(sg.arcs[a].transfer_s, TIME_RES) * x[a] for a in arc_ids)
+                         + sum(_units(sg.terminals[t].gather_s, TIME_RES) * end[t] for t in end))
+        ub = sum(max((_units(max(sg.arcs[a].load), TIME_RES) for a in covering[l]), default=0)
+                 for l in range(n_layers)) + max((_units(t.gather_s, TIME_RES) for t in sg.terminals.values()), default=0)
+        ub = max(ub, sum(max((_units(sg.arcs[a].transfer_s, TIME_RES) for a in covering[l]), default=0)
+                         for l in range(n_layers)) + ub)
+        period = m.NewIntVar(0, ub, "period")
+        for expr in loads:
+            m.Add(period >= expr)
+        m.Minimize(period)
+    elif objective == "memory":
+        peak = m.NewIntVar(0, max(memory_ub.values(), default=0), "peak")
+        m.AddMaxEquality(peak, list(memory.values()))
+        m.Minimize(peak)
+        scale = 1.0
+    elif objective == "energy":
+        m.Minimize(energy)
+        scale = 1.0 / ENERGY_RES
+    else:
+        m.Minimize(latency)
+    return CpsatModel(m, x, end, memory, latency, energy, period, objective, scale, n_layers)

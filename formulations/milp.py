@@ -1,0 +1,132 @@
+"""MILP of the plan space as a path flow with side constraints (Pyomo; HiGHS by default).
+
+Components of the model returned by ``build_milp(sg, objective)``:
+
+``m.ARCS``, ``m.DEV``, ``m.LAYERS``, ``m.TERM``   index sets (stage arcs, devices, layers, end nodes)
+``m.x[a]``          1 if stage option ``a`` is chosen (binary)
+``m.end[t]``        1 if the plan ends in terminal node ``t`` (its gather pattern)
+``m.flow[v]``       flow conservation: the chosen stages form one path from the first layer on
+``m.cover[l]``      exactly one chosen stage covers layer ``l`` (implied, tightens the LP)
+``m.weights[d]``    weight bytes stored on device ``d`` (expression)
+``m.working[d]``    largest working set of device ``d`` over the stages (variable), with
+``m.working_lb[l, d]``  working[d] >= working set of the stage covering layer ``l``
+``m.memory[d]``     weights[d] + working[d] (expression); ``m.memory_cap[d]`` when capped
+``m.latency``, ``m.energy``  expressions; ``m.period`` variable with ``m.period_lb[d]``
+``m.obj``           the objective (minimise ``latency``, ``energy``, ``period`` or memory)
+
+Add your own constraints to ``m`` and solve with any Pyomo MILP solver; ``solution_arcs(sg, m)``
+reads the chosen arcs back and ``sg.plan_from_arcs`` turns them into a plan.
+
+>>> import pyomo.environ as pyo                                     # doctest: +SKIP
+>>> from formulations import build_stage_graph, build_milp, solution_arcs
+>>> sg = build_stage_graph(instance)                               # doctest: +SKIP
+>>> m = build_milp(sg, "latency")                                   # doctest: +SKIP
+>>> m.no_pi = pyo.Constraint(expr=m.weights[0] <= 50e6)  # your own constraint   # doctest: +SKIP
+>>> pyo.SolverFactory("appsi_highs").solve(m)                       # doctest: +SKIP
+>>> plan = sg.plan_from_arcs(solution_arcs(sg, m))                  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import pyomo.environ as pyo
+
+from .stagegraph import StageGraph
+
+
+def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,
+               memory_scale: float = 1e-6) -> pyo.ConcreteModel:
+    """A Pyomo model of the plan space ``sg`` (restricted to ``arcs`` when given).
+
+    Memory is modelled in megabytes (``memory_scale`` per byte) to keep coefficients well
+    scaled; times are in seconds and energy in joules.
+    """
+    inst = sg.instance
+    n_dev = len(inst.devices)
+    n_layers = len(inst.graph.layers)
+    arc_ids = list(range(len(sg.arcs))) if arcs is None else list(arcs)
+    keep = set(arc_ids)
+    m = pyo.ConcreteModel(name=f"plan space of {inst.name}")
+    m.ARCS = pyo.Set(initialize=arc_ids, ordered=True)
+    m.DEV = pyo.RangeSet(0, n_dev - 1)
+    m.LAYERS = pyo.RangeSet(0, n_layers - 1)
+    m.TERM = pyo.Set(initialize=sorted(sg.terminals), ordered=True)
+    m.x = pyo.Var(m.ARCS, within=pyo.Binary)
+    m.end = pyo.Var(m.TERM, within=pyo.Binary)
+
+    def flow_rule(m, v):
+        inflow = sum(m.x[a] for a in sg.in_arcs[v] if a in keep)
+        outflow = sum(m.x[a] for a in sg.out_arcs[v] if a in keep)
+        if v == sg.source:
+            return outflow == 1
+        if v in sg.terminals:
+            return inflow == m.end[v]
+        if isinstance(inflow, int) and isinstance(outflow, int):
+            return pyo.Constraint.Skip  # a node no kept arc touches
+        return inflow == outflow
+
+    m.NODES = pyo.Set(initialize=range(sg.n_nodes))
+    m.flow = pyo.Constraint(m.NODES, rule=flow_rule)
+
+    covering: list[list[int]] = [[] for _ in range(n_layers)]
+    for a in arc_ids:
+        o = sg.arcs[a].option
+        for lid in range(o.first, o.last + 1):
+            covering[lid].append(a)
+    m.cover = pyo.Constraint(m.LAYERS, rule=lambda m, l: sum(m.x[a] for a in covering[l]) == 1)
+
+    s = memory_scale
+    m.weights = pyo.Expression(m.DEV, rule=lambda m, d: sum(s * sg.arcs[a].weights[d] * m.x[a]
+                                                            for a in arc_ids if sg.arcs[a].weights[d]))
+    m.working = pyo.Var(m.DEV, within=pyo.NonNegativeReals)
+    m.working_lb = pyo.Constraint(
+        m.LAYERS, m.DEV,
+        rule=lambda m, l, d: m.working[d] >= sum(s * sg.arcs[a].working[d] * m.x[a] for a in covering[l])
+        if any(sg.arcs[a].working[d] for a in covering[l]) else pyo.Constraint.Skip)
+    m.memory = pyo.Expression(m.DEV, rule=lambda m, d: m.weights[d] + m.working[d])
+
+    if inst.constraints.memory:
+        caps = {d: dev.memory_bytes for d, dev in enumerate(inst.devices) if dev.memory_bytes is not None}
+        m.CAPPED = pyo.Set(initialize=sorted(caps))
+        m.memory_cap = pyo.Constraint(m.CAPPED, rule=lambda m, d: m.memory[d] <= s * caps[d])
+
+    m.latency = pyo.Expression(expr=sum(sg.arcs[a].tau * m.x[a] for a in arc_ids)
+                               + sum(sg.terminals[t].gather_s * m.end[t] for t in m.TERM))
+    m.energy = pyo.Expression(expr=sum(sg.arcs[a].energy * m.x[a] for a in arc_ids)
+                              + sum(sg.terminals[t].energy * m.end[t] for t in m.TERM))
+    if inst.constraints.latency_s is not None:
+        m.latency_cap = pyo.Constraint(expr=m.latency <= float(inst.constraints.latency_s))
+    if inst.constraints.energy_j is not None:
+        m.energy_cap = pyo.Constraint(expr=m.energy <= float(inst.constraints.energy_j))
+
+    if objective == "period":
+        m.period = pyo.Var(within=pyo.NonNegativeReals)
+        m.period_lb = pyo.Constraint(
+            m.DEV, rule=lambda m, d: m.period >= sum(sg.arcs[a].load[d] * m.x[a] for a in arc_ids if sg.arcs[a].load[d])
+            + sum(sg.terminals[t].load[d] * m.end[t] for t in m.TERM))
+        if inst.network.medium == "shared":
+            m.period_medium = pyo.Constraint(
+                expr=m.period >= sum(sg.arcs[a].transfer_s * m.x[a] for a in arc_ids)
+                + sum(sg.terminals[t].gather_s * m.end[t] for t in m.TERM))
+        m.obj = pyo.Objective(expr=m.period)
+    elif objective == "memory":
+        m.peak = pyo.Var(within=pyo.NonNegativeReals)
+        m.peak_lb = pyo.Constraint(m.DEV, rule=lambda m, d: m.peak >= m.memory[d])
+        m.obj = pyo.Objective(expr=m.peak)
+    elif objective == "energy":
+        m.obj = pyo.Objective(expr=m.energy)
+    else:
+        m.obj = pyo.Objective(expr=m.latency)
+    m.objective_name = objective
+    m.memory_scale = s
+    return m
+
+
+def objective_unscale(m: pyo.ConcreteModel) -> float:
+    """Factor turning the model's objective units into the evaluator's (bytes for memory)."""
+    return 1.0 / m.memory_scale if m.objective_name == "memory" else 1.0
+
+
+def solution_arcs(sg: StageGraph, m: pyo.ConcreteModel) -> list[int]:
+    """Arcs with x = 1 in the model's current values, in stage order."""
+    chosen = [a for a in m.ARCS if m.x[a].value is not None and m.x[a].value > 0.5]
+    return sorted(chosen, key=lambda a: sg.arcs[a].option.first)

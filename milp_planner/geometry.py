@@ -1,0 +1,203 @@
+"""Stage geometry: what each part of a stage computes, reads and owns (MODEL.md section 3).
+
+Everything here is device-free: it depends only on the layer graph, the stage's layers,
+its axis and its part ranges. The evaluator prices it; the exact formulations enumerate it.
+
+A *region* of a tensor is a box ``rows x channels`` of its (H, C) grid; one cell of the grid
+holds ``unit(tensor)`` elements (N x W for an NCHW tensor). Tensors without a height have one
+row; tensors of rank other than 4 use their last dimension as channels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from math import prod
+
+from .graph import EMPTY, Interval, LayerGraph, hull, input_rows, length, overlap
+
+
+@dataclass(frozen=True)
+class Region:
+    rows: Interval
+    chans: Interval
+
+    @property
+    def cells(self) -> int:
+        return length(self.rows) * length(self.chans)
+
+    @property
+    def empty(self) -> bool:
+        return self.cells == 0
+
+
+NOTHING = Region(EMPTY, EMPTY)
+
+
+def intersect_cells(a: Region, b: Region) -> int:
+    return overlap(a.rows, b.rows) * overlap(a.chans, b.chans)
+
+
+def union_cells(a: Region, b: Region) -> int:
+    return a.cells + b.cells - intersect_cells(a, b)
+
+
+def tensor_grid(graph: LayerGraph, tensor: str) -> tuple[int, int, int]:
+    """(H, C, unit): rows, channels and elements per cell of ``tensor``."""
+    shape = graph.shape(tensor)
+    if len(shape) == 4:
+        n, c, h, w = shape
+        return h, c, n * w
+    if not shape:
+        return 1, 1, 1
+    c = shape[-1]
+    return 1, c, prod(shape[:-1])
+
+
+def full_region(graph: LayerGraph, tensor: str) -> Region:
+    h, c, _ = tensor_grid(graph, tensor)
+    return Region((0, h), (0, c))
+
+
+def round_half_up(p: int, q: int) -> int:
+    """round(p / q) half up on the exact rational: floor((2p + q) / 2q) (MODEL.md section 3)."""
+    return (2 * p + q) // (2 * q)
+
+
+@dataclass
+class PartGeometry:
+    """One part of a stage: the regions it computes, reads from outside and owns afterwards."""
+
+    computed: dict[int, Region] = field(default_factory=dict)  # layer id -> output region
+    fraction: dict[int, Fraction] = field(default_factory=dict)  # layer id -> share computed
+    needs: dict[str, Region] = field(default_factory=dict)  # external tensor -> region read
+    owns: dict[str, Region] = field(default_factory=dict)  # exit tensor -> region owned
+
+
+class StageGeometry:
+    """Cached geometry of stages of one graph.
+
+    >>> geo = StageGeometry(graph)                                   # doctest: +SKIP
+    >>> parts = geo.parts(0, 3, "rows", ((0, 56), (56, 112)))         # doctest: +SKIP
+    """
+
+    def __init__(self, graph: LayerGraph):
+        self.graph = graph
+        self._cache: dict = {}
+        self._exits: dict = {}
+        self._inputs: dict = {}
+
+    # -- tensors crossing the stage boundary ---------------------------------------------
+    def exit_tensors(self, first: int, last: int) -> list[str]:
+        """Outputs of layers first..last read after the stage or that are graph outputs."""
+        key = (first, last)
+        if key not in self._exits:
+            g = self.graph
+            outs = set(g.outputs)
+            self._exits[key] = [
+                g.layers[i].output
+                for i in range(first, last + 1)
+                if g.layers[i].output in outs or any(c > last for c in g.consumers(g.layers[i].output))
+            ]
+        return self._exits[key]
+
+    def input_tensors(self, first: int, last: int) -> list[str]:
+        """Tensors read by layers first..last and produced before them (or graph inputs)."""
+        key = (first, last)
+        if key not in self._inputs:
+            g = self.graph
+            seen: dict[str, None] = {}
+            for i in range(first, last + 1):
+                for t in g.layers[i].inputs:
+                    p = g.producer(t)
+                    if p is None or p < first:
+                        seen[t] = None
+            self._inputs[key] = list(seen)
+        return self._inputs[key]
+
+    # -- parts ------------------------------------------------------------------------------
+    def parts(self, first: int, last: int, axis: str, ranges) -> list[PartGeometry]:
+        """Geometry of every part; ``ranges`` holds one (start, stop) per part (None = all)."""
+        key = (first, last, axis, tuple(ranges))
+        hit = self._cache.get(key)
+        if hit is None:
+            if axis == "channels":
+                hit = [self._channel_part(first, r) for r in ranges]
+            else:
+                hit = [self._row_part(first, last, axis, r) for r in ranges]
+            if len(self._cache) > 200_000:
+                self._cache.clear()
+            self._cache[key] = hit
+        return hit
+
+    def _row_part(self, first: int, last: int, axis: str, rng) -> PartGeometry:
+        g = self.graph
+        last_rows = g.layers[last].rows
+        if axis == "none" or rng is None:
+            rng = (0, last_rows)
+        a, b = rng
+        part = PartGeometry()
+        exits = set(self.exit_tensors(first, last))
+        req: dict[int, Interval] = {}
+        for lid in range(last, first - 1, -1):
+            layer = g.layers[lid]
+            h_out = layer.rows
+            iv = EMPTY
+            if layer.output in exits:
+                if lid == last:
+                    own = (a, b)
+                else:  # other exit tensors are cut at the same fractions
+                    own = (round_half_up(a * h_out, last_rows), round_half_up(b * h_out, last_rows))
+                if own[0] >= own[1]:
+                    own = EMPTY
+                part.owns[layer.output] = Region(own, (0, layer.channels))
+                iv = own
+            for c in g.consumers(layer.output):
+                if first <= c <= last and length(req.get(c, EMPTY)):
+                    iv = hull(iv, input_rows(g.layers[c].rowdep, req[c], h_out))
+            if length(iv) and not layer.row_splittable:
+                iv = (0, h_out)
+            req[lid] = iv
+            if length(iv):
+                part.computed[lid] = Region(iv, (0, layer.channels))
+                part.fraction[lid] = Fraction(length(iv), h_out)
+        for lid in range(first, last + 1):
+            iv = req[lid]
+            if not length(iv):
+                continue
+            layer = g.layers[lid]
+            for t in layer.inputs:
+                p = g.producer(t)
+                if p is not None and p >= first:
+                    continue
+                h_in, c_in, _ = tensor_grid(g, t)
+                rows = input_rows(layer.rowdep, iv, h_in) if layer.row_splittable else (0, h_in)
+                prev = part.needs.get(t)
+                rows = hull(prev.rows, rows) if prev else rows
+                part.needs[t] = Region(rows, (0, c_in)) if length(rows) else NOTHING
+        return part
+
+    def _channel_part(self, lid: int, rng) -> PartGeometry:
+        g = self.graph
+        layer = g.layers[lid]
+        c_out = layer.channels
+        c0, c1 = rng if rng is not None else (0, c_out)
+        part = PartGeometry()
+        if c0 >= c1:
+            if layer.output in self.exit_tensors(lid, lid):
+                part.owns[layer.output] = NOTHING
+            return part
+        out = Region((0, layer.rows), (c0, c1))
+        part.computed[lid] = out
+        part.fraction[lid] = Fraction(c1 - c0, c_out)
+        if layer.output in self.exit_tensors(lid, lid):
+            part.owns[layer.output] = out
+        for t in layer.inputs:
+            h_in, c_in, _ = tensor_grid(g, t)
+            chans = (0, c_in)
+            if layer.groups > 1 and c_in % layer.groups == 0 and c_out % layer.groups == 0:
+                per_out, per_in = c_out // layer.groups, c_in // layer.groups
+                g0, g1 = c0 // per_out, -(-c1 // per_out)
+                chans = (g0 * per_in, g1 * per_in)
+            part.needs[t] = Region((0, h_in), chans)
+        return part

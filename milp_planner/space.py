@@ -1,0 +1,137 @@
+"""The plan space of an instance (MODEL.md section 5): stage lengths, part counts, cut families.
+
+``cut_vectors(instance, n, k)`` lists the interior cut points a stage with ``n`` rows (or
+channels) may use with ``k`` parts; ``out_of_space(plan, instance)`` says why a valid plan lies
+outside the space (empty list when inside). Device speeds for the ``capacity`` family are
+exact rationals, so the rounding is the same everywhere.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from functools import lru_cache
+from itertools import combinations, permutations
+
+from .devices import layer_time
+from .geometry import round_half_up, tensor_grid
+from .instance import Instance
+from .plan import Plan
+
+Cuts = tuple[int, ...]  # interior cut points, strictly increasing, within (0, n)
+
+
+def whole_model_time(instance: Instance, d: int, exact: bool = True):
+    """Seconds device ``d`` takes for the whole model alone (every layer whole)."""
+    g = instance.graph
+    dev = instance.devices[d]
+    one = Fraction(1) if exact else 1.0
+    total = one * 0
+    for layer in g.layers:
+        io, wb = layer_io_bytes(instance, layer.id)
+        total += layer_time(dev.compute, layer, one, io, wb)
+    return total
+
+
+def layer_io_bytes(instance: Instance, lid: int) -> tuple[int, int]:
+    """(input + output activation bytes, weight bytes) of a whole layer, for roofline models."""
+    g = instance.graph
+    layer = g.layers[lid]
+    io = sum(g.elements(t) for t in layer.inputs) + g.elements(layer.output)
+    return io * instance.dtype_bytes, layer.params * instance.dtype_bytes
+
+
+def speeds(instance: Instance) -> tuple[Fraction, ...]:
+    """Capacity speed of every device: 1 / (its time for the whole model alone)."""
+    key = (id(instance.devices), id(instance.graph), instance.dtype_bytes)
+    cached = getattr(instance, "_speeds", None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    out = []
+    for d in range(len(instance.devices)):
+        t = whole_model_time(instance, d)
+        out.append(Fraction(1) / t if t > 0 else Fraction(10**18))
+    instance._speeds = (key, tuple(out))
+    return instance._speeds[1]
+
+
+def equal_cuts(n: int, k: int) -> Cuts:
+    return tuple(round_half_up(i * n, k) for i in range(1, k))
+
+
+def capacity_cuts(n: int, ordered_speeds) -> Cuts:
+    total = sum(ordered_speeds)
+    acc = Fraction(0)
+    cuts = []
+    for s in ordered_speeds[:-1]:
+        acc += s
+        q = Fraction(n) * acc / total
+        cuts.append(round_half_up(q.numerator, q.denominator))
+    return tuple(cuts)
+
+
+def _valid(cuts: Cuts, n: int) -> bool:
+    pts = (0, *cuts, n)
+    return all(pts[i] < pts[i + 1] for i in range(len(pts) - 1))
+
+
+def cut_vectors(instance: Instance, n: int, k: int) -> list[Cuts]:
+    """Every cut vector for ``k`` parts of ``n`` rows allowed by the instance's split families."""
+    return list(_cut_vectors(instance.search.splits, speeds(instance), n, k, instance.search.max_parts))
+
+
+@lru_cache(maxsize=4096)
+def _cut_vectors(splits, spd, n: int, k: int, max_parts: int) -> tuple[Cuts, ...]:
+    if k == 1:
+        return ((),)
+    if k > max_parts or k > n:
+        return ()
+    found: dict[Cuts, None] = {}
+    for family in splits:
+        if family == "equal":
+            found[equal_cuts(n, k)] = None
+        elif family == "capacity":
+            for order in permutations(range(len(spd)), k):
+                found[capacity_cuts(n, [spd[d] for d in order])] = None
+        elif family.startswith("grid:"):
+            g = int(family.split(":", 1)[1])
+            points = sorted({round_half_up(j * n, g) for j in range(1, g)} - {0, n})
+            for subset in combinations(points, k - 1):
+                found[tuple(subset)] = None
+    return tuple(sorted(c for c in found if _valid(c, n)))
+
+
+def ranges_from_cuts(cuts: Cuts, n: int) -> list[tuple[int, int]]:
+    pts = (0, *cuts, n)
+    return [(pts[i], pts[i + 1]) for i in range(len(pts) - 1)]
+
+
+def stage_extent(instance: Instance, last: int, axis: str) -> int:
+    """How many rows (axis rows) or channels (axis channels) a stage ending at ``last`` cuts."""
+    layer = instance.graph.layers[last]
+    if axis == "channels":
+        return tensor_grid(instance.graph, layer.output)[1]
+    return layer.rows
+
+
+def out_of_space(plan: Plan, instance: Instance) -> list[str]:
+    """Reasons a structurally valid plan is outside the instance's search space."""
+    sp = instance.search
+    reasons = []
+    for i, s in enumerate(plan.stages):
+        where = f"stage {i} (layers {s.first}-{s.last})"
+        n_layers = s.last - s.first + 1
+        if n_layers > sp.fusion_limit:
+            reasons.append(f"{where}: {n_layers} layers exceed fusion_limit {sp.fusion_limit}")
+        k = len(s.parts)
+        if k > sp.max_parts:
+            reasons.append(f"{where}: {k} parts exceed max_parts {sp.max_parts}")
+        if k == 1 or s.axis == "none":
+            continue
+        if s.axis not in sp.axes:
+            reasons.append(f"{where}: axis {s.axis} is not in search.axes")
+        n = stage_extent(instance, s.last, s.axis)
+        ranges = sorted(p.range for p in s.parts)
+        cuts = tuple(r[0] for r in ranges[1:])
+        if k <= sp.max_parts and cuts not in set(cut_vectors(instance, n, k)):
+            reasons.append(f"{where}: cuts {list(cuts)} of {n} are not from splits {list(sp.splits)}")
+    return reasons
