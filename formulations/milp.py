@@ -34,11 +34,12 @@ from .stagegraph import StageGraph
 
 
 def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,
-               memory_scale: float = 1e-6) -> pyo.ConcreteModel:
+               memory_scale: float = 1e-3) -> pyo.ConcreteModel:
     """A Pyomo model of the plan space ``sg`` (restricted to ``arcs`` when given).
 
-    Memory is modelled in megabytes (``memory_scale`` per byte) to keep coefficients well
-    scaled; times are in seconds and energy in joules.
+    Memory is modelled in kilobytes (``memory_scale`` per byte): coefficients stay well scaled
+    and one byte (1e-3) stays far above HiGHS's feasibility tolerance (1e-6), so a cap is never
+    exceeded by rounding; times are in seconds and energy in joules.
     """
     inst = sg.instance
     n_dev = len(inst.devices)

@@ -125,12 +125,11 @@ class MILPPlanner(ExactPlanner):
             if remaining is not None:
                 solver.config.time_limit = max(1.0, remaining)
             solver.config.stream_solver = bool(self.options.get("log", False))
-            solver.config.load_solution = False
             solver.highs_options = {"threads": max(1, ctx.threads), "mip_rel_gap": 1e-7,
                                     "mip_abs_gap": 0.0}
             if ws_feasible and solver.warm_start_capable():
                 solver.config.warmstart = True
-            results = solver.solve(m)
+            results = solver.solve(m, load_solutions=False)
         else:  # any other Pyomo solver
             results = solver.solve(m, load_solutions=False)
         tc = str(results.solver.termination_condition)
@@ -138,7 +137,7 @@ class MILPPlanner(ExactPlanner):
         lb = results.problem.lower_bound
         info = {"stage_arcs": len(sg.arcs), "model_arcs": len(m.ARCS), "nodes": sg.n_nodes,
                 "space_build_s": sg.build_time_s, "termination": tc}
-        if tc == "infeasible":
+        if tc in ("infeasible", "infeasibleOrUnbounded"):
             return PlanResult(self.name, "infeasible", obj, info=info,
                               message=explain_infeasible(sg, ctx))
         has_solution = False
