@@ -58,7 +58,26 @@ class Instance:
 
 
 def load_instance(path, input_shape=None) -> Instance:
-    """Read and validate an instance file; raises ``PlannerError`` with a one-line reason."""
+    """Read and validate an instance file; raises ``PlannerError`` with a one-line reason.
+
+    ``example:NAME`` names an example shipped inside the package (``milp_planner/examples``).
+    """
     from .instance_file import read_instance
 
-    return read_instance(Path(path), input_shape=input_shape)
+    return read_instance(resolve_instance_path(path), input_shape=input_shape)
+
+
+def resolve_instance_path(path) -> Path:
+    """The file behind ``path``; ``example:NAME`` is a packaged example."""
+    text = str(path)
+    if text.startswith("example:"):
+        from .errors import PlannerError
+
+        name = text.split(":", 1)[1]
+        examples = Path(__file__).parent / "examples"
+        found = examples / f"{name}.yaml"
+        if not found.exists():
+            known = ", ".join(sorted(p.stem for p in examples.glob("*.yaml")))
+            raise PlannerError(f"{text}: no such packaged example (known: {known})")
+        return found
+    return Path(path)

@@ -1,0 +1,80 @@
+"""Model references: ``zoo:NAME``, ``zoo:NAME:SIZE`` or a path to an ``.onnx`` file.
+
+``load_graph(ref, base_dir=None, input_shape=None)`` turns a reference into a ``LayerGraph``
+(relative paths are taken relative to ``base_dir``, e.g. an instance file's folder).
+``load_graph_or_instance(target)`` also accepts an instance file (``.yaml``, ``.yml``,
+``.json``) and returns its graph with its ``dtype_bytes``; for a model, 4 (fp32).
+
+For a zoo model, ``input_shape`` (N, 3, H, W) builds the model at that batch and size (the
+zoo's fully connected layers are sized from it), so it may differ from the default size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import PlannerError
+from .graph import LayerGraph
+
+INSTANCE_SUFFIXES = (".yaml", ".yml", ".json")
+DEFAULT_DTYPE_BYTES = 4
+
+
+def parse_zoo_ref(ref: str) -> tuple[str, int | None]:
+    """``zoo:NAME`` or ``zoo:NAME:SIZE`` -> (NAME, SIZE or None)."""
+    body = ref[len("zoo:"):]
+    name, _, size_text = body.partition(":")
+    name = name.strip().lower()
+    if not name:
+        raise PlannerError(f"{ref}: a zoo reference is zoo:NAME or zoo:NAME:SIZE")
+    size = None
+    if size_text:
+        try:
+            size = int(size_text)
+        except ValueError:
+            raise PlannerError(f"{ref}: SIZE must be an integer (input height = width)") from None
+        if size <= 0:
+            raise PlannerError(f"{ref}: SIZE must be positive")
+    return name, size
+
+
+def load_graph(ref: str, base_dir: Path | None = None, input_shape=None) -> LayerGraph:
+    """The layer graph of a model reference (see the module docstring)."""
+    from .onnx_import import import_onnx
+
+    ref = str(ref)
+    if ref.startswith("zoo:"):
+        from . import zoo
+
+        name, size = parse_zoo_ref(ref)
+        hw: int | tuple[int, int] | None = size
+        batch = 1
+        if input_shape is not None:
+            shape = tuple(int(d) for d in input_shape)
+            if len(shape) != 4 or shape[1] != 3:
+                raise PlannerError(f"{ref}: input shape {shape} must be (N, 3, H, W) for a zoo model")
+            if size is not None and shape[2:] != (size, size):
+                raise PlannerError(f"{ref}: input shape {shape} contradicts the size {size} in the reference")
+            batch, hw = shape[0], shape[2:]
+        model = zoo.build(name, size=hw, weights=False, batch=batch)
+        return import_onnx(model, name=ref[len("zoo:"):].lower(), source=ref)
+    path = Path(ref).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    if not path.exists():
+        from . import zoo
+
+        hint = f" (did you mean zoo:{ref}?)" if ref.lower() in zoo.names() else ""
+        raise PlannerError(f"{path}: no such file{hint}")
+    return import_onnx(path, input_shape=input_shape)
+
+
+def load_graph_or_instance(target: str, input_shape=None) -> tuple[LayerGraph, int]:
+    """(graph, dtype_bytes) of an instance file, or of a model reference (dtype_bytes 4)."""
+    target = str(target)
+    if target.startswith("example:") or Path(target).suffix.lower() in INSTANCE_SUFFIXES:
+        from .instance import load_instance
+
+        inst = load_instance(target, input_shape=input_shape)
+        return inst.graph, inst.dtype_bytes
+    return load_graph(target, input_shape=input_shape), DEFAULT_DTYPE_BYTES
