@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import math
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,9 @@ def _show(value: Any) -> str:
 
 
 def _is_number(x: Any) -> bool:
+    # floats only arrive from Python callers of instance_from_dict (files parse to Fraction)
+    if isinstance(x, float):
+        return math.isfinite(x)
     return isinstance(x, (int, Fraction)) and not isinstance(x, bool)
 
 
@@ -181,7 +185,7 @@ def _check_keys(ctx: _Ctx, key: str, data: dict, allowed: tuple[str, ...]) -> No
 def _number(ctx: _Ctx, key: str, value: Any, *, positive: bool = False, nonneg: bool = False) -> Fraction:
     if not _is_number(value):
         raise ctx.fail(key, f"must be a number (got {_show(value)})")
-    v = Fraction(value)
+    v = Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
     if positive and v <= 0:
         raise ctx.fail(key, f"must be > 0 (got {_show(value)})")
     if nonneg and v < 0:
