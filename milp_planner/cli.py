@@ -35,8 +35,11 @@ def _print_json(obj) -> None:
 def cmd_inspect(args) -> int:
     from .inspection import inspect_json, render_inspect
     from .models import load_graph_or_instance
+    from .onnx_import import ModelWarning
 
-    graph, dtype_bytes = load_graph_or_instance(args.target, input_shape=args.input_shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ModelWarning)  # the table lists them once
+        graph, dtype_bytes = load_graph_or_instance(args.target, input_shape=args.input_shape)
     if args.json:
         _print_json(inspect_json(graph, dtype_bytes))
     else:
@@ -143,7 +146,14 @@ def cmd_solve(args) -> int:
     return 0 if result.status in ("optimal", "feasible", "timeout") and result.plan is not None else 1
 
 
-COMMANDS = {}
+def _add_report(sub):
+    from .report.cli import add_report_parser
+
+    add_report_parser(sub)
+
+
+# extra subcommands: name -> function(subparsers) that registers one
+COMMANDS = {"report": _add_report}
 
 
 def build_parser() -> argparse.ArgumentParser:
