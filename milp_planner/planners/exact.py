@@ -38,13 +38,46 @@ class ExactPlanner(Planner):
                                  progress=lambda **k: ctx.report(**k), deadline=deadline)
 
     def warm_start(self, sg: StageGraph, objective: str):
-        """(arcs, their value under ``objective``, the DP bound or None, plan feasible?)."""
+        """(arcs, their value under ``objective``, the DP bound or None, plan feasible?).
+
+        The DP runs without the caps, except that arcs which alone overflow a device's memory
+        are dropped (no feasible plan contains them), so its value bounds additive objectives.
+        When its plan still breaks a cap, a few Lagrangian rounds price the overflowing
+        devices' memory into the arc costs to find a feasible plan for the warm start.
+        """
+        inst = sg.instance
         dp_obj = objective if objective in ADDITIVE else "latency"
-        arcs, dp_value = shortest_path(sg, dp_obj)
-        metrics = evaluate_stages(_stages(sg, arcs), sg.instance)
-        value = metrics.value(objective)
+        base = arc_cost(sg, dp_obj)
+        caps = [dev.memory_bytes if inst.constraints.memory else None for dev in inst.devices]
+        cost = [math.inf if _overflows(arc, caps) else c for arc, c in zip(sg.arcs, base)]
+        term = terminal_cost(sg, dp_obj)
+        try:
+            arcs, dp_value = shortest_path(sg, dp_obj, cost=cost, term=term)
+        except (KeyError, ValueError):
+            return [], math.inf, None, False
+        if not math.isfinite(dp_value):
+            return [], math.inf, None, False
         bound = dp_value if objective in ADDITIVE else None
-        return arcs, value, bound, metrics.feasible
+        metrics = evaluate_stages(_stages(sg, arcs), inst)
+        best = (arcs, metrics) if metrics.feasible else None
+        lam = [0.0] * len(inst.devices)
+        scale = max(dp_value, 1e-12)
+        for _ in range(int(self.options.get("lagrange_rounds", 12))):
+            if best is not None:
+                break
+            for d, dev in enumerate(inst.devices):
+                cap = caps[d]
+                if cap and metrics.memory_bytes[dev.name] > cap:
+                    lam[d] = lam[d] * 2 if lam[d] else scale / cap
+            priced = [c + sum(lam[d] * (arc.weights[d] + arc.working[d]) for d in range(len(lam)) if lam[d])
+                      if math.isfinite(c) else c for arc, c in zip(sg.arcs, cost)]
+            arcs, _ = shortest_path(sg, dp_obj, cost=priced, term=term)
+            metrics = evaluate_stages(_stages(sg, arcs), inst)
+            if metrics.feasible:
+                best = (arcs, metrics)
+        if best is None:
+            return arcs, metrics.value(objective), bound, False
+        return best[0], best[1].value(objective), bound, True
 
     def check_agreement(self, solver_value: float, result: PlanResult, tol_abs: float = 0.0) -> None:
         ev = result.value
@@ -67,12 +100,26 @@ def _stages(sg: StageGraph, arcs):
     return out
 
 
-def _pruned_arcs(sg: StageGraph, objective: str, upper: float) -> list[int]:
-    """Arcs on some path whose DP value does not exceed ``upper`` (others cannot be optimal)."""
-    cost = arc_cost(sg, objective)
+def _overflows(arc, caps) -> bool:
+    return any(cap is not None and arc.weights[d] + arc.working[d] > cap for d, cap in enumerate(caps))
+
+
+def _pruned_arcs(sg: StageGraph, objective: str, upper: float | None) -> list[int]:
+    """Arcs that can be part of a feasible plan no worse than ``upper``.
+
+    An arc that alone overflows a device's memory is never feasible; with an ``upper`` bound
+    on an additive objective, an arc whose best path (DP prefix + arc + suffix) exceeds it
+    cannot be optimal either (exact reduced-cost fixing).
+    """
+    inst = sg.instance
+    caps = [dev.memory_bytes if inst.constraints.memory else None for dev in inst.devices]
+    ok = [not _overflows(arc, caps) for arc in sg.arcs]
+    if upper is None or objective not in ADDITIVE:
+        return [a for a in range(len(sg.arcs)) if ok[a]]
+    cost = [c if ok[a] else math.inf for a, c in enumerate(arc_cost(sg, objective))]
     pre, suf = prefix_suffix(sg, cost, terminal_cost(sg, objective))
     slack = upper * (1 + 1e-9) + 1e-12
-    return [a for a, arc in enumerate(sg.arcs) if pre[arc.tail] + cost[a] + suf[arc.head] <= slack]
+    return [a for a, arc in enumerate(sg.arcs) if ok[a] and pre[arc.tail] + cost[a] + suf[arc.head] <= slack]
 
 
 class DPPlanner(ExactPlanner):
@@ -83,16 +130,21 @@ class DPPlanner(ExactPlanner):
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
         sg = self.stage_graph(instance, ctx)
         arcs, value, bound, feasible = self.warm_start(sg, ctx.objective)
+        info = {"stage_arcs": len(sg.arcs), "nodes": sg.n_nodes, "space_build_s": sg.build_time_s}
+        if not arcs:
+            return PlanResult(self.name, "infeasible", ctx.objective, info=info, message=explain_infeasible(sg, ctx))
         plan = sg.plan_from_arcs(arcs)
-        res = PlanResult(self.name, "optimal", ctx.objective, plan=plan, bound=bound)
-        res.info = {"stage_arcs": len(sg.arcs), "nodes": sg.n_nodes, "space_build_s": sg.build_time_s}
+        res = PlanResult(self.name, "optimal", ctx.objective, plan=plan, bound=bound, info=info)
         if ctx.objective not in ADDITIVE:
             res.status, res.bound = "feasible", None
-            res.message = f"dp is exact for latency and energy only; this plan minimises latency"
+            res.message = "dp is exact for latency and energy only; this plan minimises latency"
         elif not feasible:
             res.status = "error"
             res.message = ("dp ignores caps and its optimum violates them; its value is a lower bound. "
                            "Use --planner milp or cpsat")
+        elif value > bound * (1 + REL_TOL):
+            res.status = "feasible"
+            res.message = "caps bind: this is a feasible plan, the bound is the DP without caps"
         return res
 
 
@@ -109,9 +161,11 @@ class MILPPlanner(ExactPlanner):
         sg = self.stage_graph(instance, ctx)
         obj = ctx.objective
         ws_arcs, ws_value, dp_bound, ws_feasible = self.warm_start(sg, obj)
+        if not ws_arcs:
+            return PlanResult(self.name, "infeasible", obj, message=explain_infeasible(sg, ctx))
         keep = None
-        if obj in ADDITIVE and ws_feasible and self.options.get("fix_arcs", True):
-            keep = _pruned_arcs(sg, obj, ws_value)
+        if self.options.get("fix_arcs", True):
+            keep = _pruned_arcs(sg, obj, ws_value if ws_feasible else None)
         ctx.report(phase="model", incumbent=ws_value if ws_feasible else None, bound=dp_bound, force=True)
         m = build_milp(sg, obj, arcs=keep)
         chosen = set(ws_arcs)
@@ -197,9 +251,11 @@ class CPSATPlanner(ExactPlanner):
         sg = self.stage_graph(instance, ctx)
         obj = ctx.objective
         ws_arcs, ws_value, dp_bound, ws_feasible = self.warm_start(sg, obj)
+        if not ws_arcs:
+            return PlanResult(self.name, "infeasible", obj, message=explain_infeasible(sg, ctx))
         keep = None
-        if obj in ADDITIVE and ws_feasible and self.options.get("fix_arcs", True):
-            keep = _pruned_arcs(sg, obj, ws_value)
+        if self.options.get("fix_arcs", True):
+            keep = _pruned_arcs(sg, obj, ws_value if ws_feasible else None)
         cm = build_cpsat(sg, obj, arcs=keep)
         if ws_feasible:
             chosen = set(ws_arcs)

@@ -1,0 +1,155 @@
+"""``milp-planner report``: every planner on every instance, gaps to proven bounds, documents.
+
+>>> from milp_planner.report import run_report                                   # doctest: +SKIP
+>>> out = run_report(["instances/examples/tiny-2dev.yaml"], planners="all",      # doctest: +SKIP
+...                  time_limit=30, repeats=3, out="report")
+>>> out.paths                                                                     # doctest: +SKIP
+
+Pieces: ``runner`` (tasks, cache, local or Dask execution), ``results`` (CSV rows and gaps),
+``figures`` (matplotlib), ``document`` / ``markdown`` / ``html`` (the documents), ``cli``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import PlannerError
+
+__all__ = ["run_report", "ReportOutcome", "add_report_parser"]
+
+
+@dataclass
+class ReportOutcome:
+    rows: list[dict]
+    paths: dict[str, Path] = field(default_factory=dict)
+    ran: int = 0
+    cached: int = 0
+
+
+def _select_planners(planners) -> list[str]:
+    from ..planners import planner_class, planner_names
+
+    if planners is None or planners == "all" or planners == ["all"]:
+        names = planner_names()
+        if not names:
+            raise PlannerError("no planners are registered")
+        return names
+    if isinstance(planners, str):
+        planners = [p.strip() for p in planners.split(",")]
+    names = []
+    for p in planners:
+        if not p:
+            continue
+        if p == "all":
+            raise PlannerError("--planners: 'all' cannot be combined with names")
+        planner_class(p)  # PlannerError for an unknown name
+        if p not in names:
+            names.append(p)
+    if not names:
+        raise PlannerError("--planners: no planner named")
+    return names
+
+
+def run_report(instances, planners="all", *, time_limit: float | None = 60.0, repeats: int = 3,
+               out="report", workers: int | None = None, dask: str | None = None, cache_dir=None,
+               options: dict[str, dict] | None = None, retry_failed: bool = False, progress: bool = True,
+               grace_factor: float | None = None, grace_s: float | None = None, on_result=None,
+               console=None) -> ReportOutcome:
+    """Run, cache, and write ``results.csv``, ``report.md`` (+ ``figures/``) and ``report.html`` in ``out``.
+
+    Nothing is written to ``out`` until every run is back; each file is then written atomically.
+    """
+    from ..instance import load_instance
+    from . import runner
+    from .document import build_document
+    from .html import render_html
+    from .markdown import render_markdown
+    from .results import build_rows, to_csv
+
+    if repeats < 1:
+        raise PlannerError("--repeats must be at least 1")
+    if time_limit is not None and time_limit <= 0:
+        raise PlannerError("--time-limit must be positive")
+    if workers is not None and workers < 1:
+        raise PlannerError("--workers must be at least 1")
+    paths = []
+    for p in instances:
+        rp = Path(p).resolve()
+        if rp not in paths:
+            paths.append(rp)
+    if not paths:
+        raise PlannerError("no instance files given")
+    names = _select_planners(planners)
+    for p in options or {}:
+        if p not in names:
+            raise PlannerError(f"--option for planner {p!r}, which is not in --planners ({', '.join(names)})")
+    loaded = [load_instance(p) for p in paths]
+    for inst, p in zip(loaded, paths):
+        if inst.path is None:
+            inst.path = p
+    tasks = runner.make_tasks(loaded, names, time_limit=time_limit, repeats=repeats, options=options)
+
+    out = Path(out)
+    cache = runner.Cache(Path(cache_dir) if cache_dir else runner.default_cache_dir(out))
+    executor = runner.make_executor(workers, dask,
+                                    runner.GRACE_FACTOR if grace_factor is None else grace_factor,
+                                    runner.GRACE_S if grace_s is None else grace_s)
+    summary = runner.run_all(tasks, cache, executor, progress=progress, retry_failed=retry_failed,
+                             on_result=on_result, console=console)
+
+    rows = build_rows(summary.records)
+    meta = {
+        "ran": summary.ran, "cached": summary.cached, "where": executor.describe() if summary.ran else "the cache",
+        "time_limit_text": "none" if time_limit is None else f"{time_limit:g} s", "repeats": repeats,
+        "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "version": runner.__version__, "versions": runner.versions(),
+    }
+    by_file = {str(Path(i.path).resolve()): i for i in loaded}
+    doc = build_document(rows, by_file, meta)
+    # Everything is rendered in memory before the first byte goes to ``out``.
+    md = render_markdown(doc)
+    html = render_html(doc)
+    csv_text = to_csv(rows)
+    images = {img.name: img.png for img in doc.images()}
+
+    fig_dir = out / "figures"
+    for name, png in images.items():
+        _write(fig_dir / name, png)
+    if fig_dir.is_dir():
+        for old in fig_dir.glob("*.png"):
+            if old.name not in images:
+                try:
+                    old.unlink()
+                except OSError:
+                    pass
+    written = {"html": out / "report.html", "md": out / "report.md", "csv": out / "results.csv"}
+    _write(written["html"], html)
+    _write(written["md"], md)
+    _write(written["csv"], csv_text)
+    written["figures"] = fig_dir
+    written["cache"] = cache.dir
+    return ReportOutcome(rows, written, summary.ran, summary.cached)
+
+
+def _write(path: Path, data) -> None:
+    """Atomic write, then the usual permissions (the temporary file was private: 0600)."""
+    from ..io import write_atomic
+
+    write_atomic(path, data)
+    mask = os.umask(0)
+    os.umask(mask)
+    try:
+        os.chmod(path, 0o666 & ~mask)
+    except OSError:
+        pass
+
+
+def add_report_parser(subparsers):
+    from .cli import add_report_parser as add
+
+    return add(subparsers)
+
+

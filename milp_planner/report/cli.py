@@ -1,0 +1,91 @@
+"""The ``report`` subcommand. ``add_report_parser(subparsers)`` registers it (wired in milp_planner.cli)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import PlannerError
+
+
+def _positive_float(text: str) -> float:
+    import argparse
+
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return x
+
+
+def parse_options(items: list[str] | None) -> dict[str, dict]:
+    """``PLANNER.KEY=VALUE`` items (VALUE as JSON when it parses) -> {planner: {key: value}}."""
+    out: dict[str, dict] = {}
+    for item in items or []:
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            raise PlannerError(f"--option {item!r}: expected PLANNER.KEY=VALUE (e.g. milp.mip_rel_gap=0.01)")
+        lhs, value = item.split("=", 1)
+        planner, key = lhs.split(".", 1)
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            pass
+        out.setdefault(planner, {})[key] = value
+    return out
+
+
+def cmd_report(args) -> int:
+    from . import run_report
+
+    time_limit = None if args.time_limit == 0 else args.time_limit
+    outcome = run_report(
+        args.instances, args.planners, time_limit=time_limit, repeats=args.repeats, out=args.out,
+        workers=args.workers, dask=args.dask, cache_dir=args.cache, options=parse_options(args.option),
+        retry_failed=args.retry_failed, progress=not args.quiet, grace_s=args.grace,
+    )
+    rows = outcome.rows
+    failed = sum(r["status"] == "error" for r in rows)
+    timeouts = sum(r["status"] == "timeout" and r["value"] is None for r in rows)
+    note = []
+    if failed:
+        note.append(f"{failed} failed")
+    if timeouts:
+        note.append(f"{timeouts} timed out without a plan")
+    print(f"{len(rows)} runs ({outcome.ran} run now, {outcome.cached} from the cache"
+          + (", " + ", ".join(note) if note else "") + ")", file=sys.stderr)
+    for key in ("html", "md", "csv"):
+        print(f"wrote {outcome.paths[key]}")
+    return 0
+
+
+def add_report_parser(sub):
+    s = sub.add_parser(
+        "report",
+        help="run planners on instances; write results.csv, report.md and report.html",
+        description="Run every chosen planner on every instance (seeded planners over several seeds), "
+                    "in parallel, cached by content; then write results.csv, report.md (+ figures/) and a "
+                    "self-contained report.html to --out.",
+    )
+    s.add_argument("instances", nargs="+", metavar="INSTANCE", help="instance files (.yaml, .yml, .json)")
+    s.add_argument("--planners", default="all", help="'all' (default) or a comma-separated list of planner names")
+    s.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                   help="seconds per run (default 60; 0 = none). A run not back after S x 1.5 + --grace is killed")
+    s.add_argument("--repeats", type=int, default=3, metavar="N",
+                   help="seeds 0..N-1 for seeded planners (default 3); other planners run once")
+    s.add_argument("--out", default="report", metavar="DIR", help="output directory (default ./report)")
+    s.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="parallel runs (default: the CPU count); with --dask local, the number of Dask workers")
+    s.add_argument("--dask", metavar="ADDRESS|local",
+                   help="run on a Dask distributed scheduler (tcp://host:8786) or a new LocalCluster ('local'); "
+                        "needs pip install 'milp-planner[distributed]'")
+    s.add_argument("--cache", metavar="DIR", help="run cache directory (default DIR/.cache)")
+    s.add_argument("--option", "-O", action="append", metavar="PLANNER.KEY=VALUE",
+                   help="a planner option (part of the cache key); repeatable")
+    s.add_argument("--retry-failed", action="store_true", help="run again the cached runs that crashed or were killed")
+    s.add_argument("--grace", type=_positive_float, default=30.0, metavar="S",
+                   help="extra seconds before an overrunning run is killed (default 30)")
+    s.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    s.set_defaults(func=cmd_report)
+    return s

@@ -1,0 +1,188 @@
+"""The report's content as a small list of blocks, rendered by ``markdown.py`` and ``html.py``.
+
+Both documents say the same thing in the same order: the gap table, the gap plot, time
+against quality, objective and runtime tables, one section per instance (its best plan as a
+chart and as a timeline), the runs that failed, and the versions.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from . import figures
+from .results import Cell, cell_text, fmt_pct, fmt_time, fmt_value
+
+
+@dataclass
+class Heading:
+    level: int
+    text: str
+    anchor: str = ""
+
+
+@dataclass
+class Para:
+    text: str
+    muted: bool = False
+
+
+@dataclass
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+    numeric_from: int = 1  # columns from this index are right-aligned
+    caption: str = ""
+
+
+@dataclass
+class Image:
+    name: str  # file name under figures/
+    alt: str
+    png: bytes = b""
+
+
+@dataclass
+class Bullets:
+    items: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Document:
+    title: str
+    blocks: list = field(default_factory=list)
+
+    def images(self) -> list[Image]:
+        return [b for b in self.blocks if isinstance(b, Image)]
+
+
+def slug(text: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")
+    return s[:60] or "instance"
+
+
+def build_document(rows: list[dict], instances_by_file: dict, meta: dict) -> Document:
+    """``instances_by_file``: loaded ``Instance`` per resolved instance path (for the plan charts)."""
+    from .results import summarize
+
+    summaries, planners, cells = summarize(rows)
+    doc = Document("milp-planner report")
+    add = doc.blocks.append
+
+    n_runs = len(rows)
+    add(Para(f"{len(summaries)} instance{'s' if len(summaries) != 1 else ''} x {len(planners)} planner"
+             f"{'s' if len(planners) != 1 else ''}, {n_runs} runs ({meta.get('ran', 0)} run now, "
+             f"{meta.get('cached', 0)} from the cache) on {meta.get('where', 'local processes')}; "
+             f"time limit {meta.get('time_limit_text', '-')}, seeded planners repeated over "
+             f"{meta.get('repeats', 1)} seed{'s' if meta.get('repeats', 1) != 1 else ''}. "
+             f"Generated {meta.get('generated', '')} by milp-planner {meta.get('version', '')}.", muted=True))
+
+    # -- gap table ------------------------------------------------------------------------
+    add(Heading(2, "Gap to the best proven bound", "gaps"))
+    add(Para("Gap = (value - best bound) / value, where the best bound is the largest lower bound "
+             "certified by an exact planner for the instance's objective. Cells show the mean over "
+             "seeds ± its standard deviation. ✓ marks an instance whose optimum is certified (an exact "
+             "planner reported optimal); * marks an instance without any proven bound, whose gaps are to "
+             "the best plan found instead. A cell without a number names what the runs ended with. "
+             "Certificates speak only of plans inside the instance's search space: a plan outside it "
+             "(marked out of space) may beat the certified optimum, with a negative gap."))
+    fixed = {s.file: [s.name + (" ✓" if s.certified else ("" if s.proven else " *")), s.objective,
+                      fmt_value(s.objective, s.best_bound)] for s in summaries}
+    _tables(add, summaries, planners, ["instance", "objective", "best bound"], fixed,
+            lambda s, p: cell_text(cells.get((s.file, p))), numeric_from=2)
+    add(Image("gaps.png", "gap per planner and instance", figures.gap_plot(summaries, planners, cells)))
+
+    add(Heading(2, "Time against quality", "time-quality"))
+    add(Para("Every run: its wall time (log scale) against its gap."))
+    add(Image("time_quality.png", "runtime against gap", figures.time_quality_plot(rows, summaries, planners)))
+
+    # -- values and runtimes ---------------------------------------------------------------
+    add(Heading(2, "Objective values and runtimes", "values"))
+    def best_value(s, p):
+        c: Cell | None = cells.get((s.file, p))
+        if c is None or not c.values:
+            return "-"
+        return fmt_value(s.objective, min(c.values)) + (f" (best of {len(c.values)})" if len(c.values) > 1 else "")
+
+    _tables(add, summaries, planners, ["instance", "objective"], {s.file: [s.name, s.objective] for s in summaries},
+            best_value, numeric_from=2, caption="Best objective value per planner")
+    _tables(add, summaries, planners, ["instance"], {s.file: [s.name] for s in summaries},
+            lambda s, p: fmt_time(cells[(s.file, p)].runtime_mean) if (s.file, p) in cells else "-",
+            numeric_from=1, caption="Mean wall time per run")
+
+    # -- per instance ----------------------------------------------------------------------
+    add(Heading(2, "Best plan per instance", "instances"))
+    for i, s in enumerate(summaries):
+        add(Heading(3, s.name, f"instance-{i}"))
+        inst = instances_by_file.get(s.file)
+        best = s.best_row
+        facts = [f"file: {s.file}", f"objective: {s.objective}",
+                 f"best bound: {fmt_value(s.objective, s.best_bound)}"
+                 + (" (optimum certified)" if s.certified else "")]
+        if best is None:
+            facts.append("no planner returned a plan")
+            add(Bullets(facts))
+            continue
+        seed = f", seed {best['seed']}" if best["kind"] == "seeded" else ""
+        facts.append(f"best plan: {best['planner']}{seed}, {s.objective} {fmt_value(s.objective, best['value'])}"
+                     f", status {best['status']}" + ("" if best["feasible"] else " (INFEASIBLE)")
+                     + (f", gap {fmt_pct(best['gap'])}" if best["gap"] is not None else ""))
+        m = best["_metrics"] or {}
+        if m:
+            facts.append(f"latency {fmt_value('latency', m.get('latency_s'))}, energy {fmt_value('energy', m.get('energy_j'))}, "
+                         f"period {fmt_value('period', m.get('period_s'))}, largest memory "
+                         f"{fmt_value('memory', m.get('max_memory_bytes'))}, {len(m.get('stages', []))} stages")
+        add(Bullets(facts))
+        if inst is None:
+            continue
+        base = f"{i:02d}-{slug(s.name)}"
+        try:
+            add(Image(f"plan-{base}.png", f"best plan of {s.name}: layers, rows and devices",
+                      figures.plan_chart(best["_plan"], inst,
+                                         f"{s.name}: best plan ({best['planner']}) — which device computes which rows")))
+        except Exception as e:  # a broken plan must not sink the report
+            add(Para(f"(plan chart not drawn: {type(e).__name__}: {e})", muted=True))
+        if m:
+            try:
+                add(Image(f"gantt-{base}.png", f"timeline of the best plan of {s.name}",
+                          figures.gantt(m, inst, f"{s.name}: timeline per device (receive, then compute)")))
+            except Exception as e:
+                add(Para(f"(timeline not drawn: {type(e).__name__}: {e})", muted=True))
+
+    # -- failures ---------------------------------------------------------------------------
+    bad = [r for r in rows if r["status"] in ("error", "timeout") or (r["value"] is not None and not r["feasible"])]
+    add(Heading(2, "Runs that failed or ran out of time", "failures"))
+    if bad:
+        frows = [[r["instance"], r["planner"], str(r["seed"]), r["status"] + (" (killed)" if r["killed"] else ""),
+                  fmt_time(r["runtime_s"]), _clip(r["error"] or r["message"] or ("infeasible plan" if not r["feasible"] else ""))]
+                 for r in bad]
+        add(Table(["instance", "planner", "seed", "status", "time", "message"], frows, numeric_from=99))
+    else:
+        add(Para("None."))
+
+    add(Heading(2, "Versions", "versions"))
+    v = meta.get("versions", {})
+    add(Bullets([f"{k}: {val}" for k, val in v.items() if val] + ["results.csv holds the versions each run used"]))
+    return doc
+
+
+PLANNERS_PER_TABLE = 8
+
+
+def _tables(add, summaries, planners, fixed_headers, fixed, cell, numeric_from, caption=""):
+    """Planners as columns, instances as rows; more than PLANNERS_PER_TABLE planners are split
+    over several tables (each repeating the instance columns), so no table needs scrolling."""
+    n = len(planners)
+    chunks = [planners[i:i + PLANNERS_PER_TABLE] for i in range(0, n, PLANNERS_PER_TABLE)] or [[]]
+    for k, chunk in enumerate(chunks):
+        rows = [fixed[s.file] + [cell(s, p) for p in chunk] for s in summaries]
+        cap = caption
+        if len(chunks) > 1:
+            first = k * PLANNERS_PER_TABLE + 1
+            cap = (caption + " " if caption else "") + f"(planners {first}-{first + len(chunk) - 1} of {n})"
+        add(Table(fixed_headers + chunk, rows, numeric_from=numeric_from, caption=cap))
+
+
+def _clip(text: str, n: int = 160) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= n else text[: n - 1] + "…"
