@@ -86,6 +86,8 @@ def shortest_path(sg: StageGraph, objective: str, cost: list[float] | None = Non
                 best[h], back[h] = c, a
     end = min(term, key=lambda n: best[n] + term[n])
     value = best[end] + term[end]
+    if not math.isfinite(value):
+        raise ValueError("no plan of the space avoids the excluded stage options")
     path = []
     v = end
     while v != sg.source:

@@ -204,9 +204,10 @@ class Pricer:
 
 
 def _pricer(instance: Instance) -> Pricer:
-    key = (id(instance.graph), id(instance.devices), id(instance.network), instance.dtype_bytes)
+    # keyed by the objects themselves (not their ids, which Python reuses after collection)
+    key = (instance.graph, instance.devices, instance.network, instance.dtype_bytes)
     p = getattr(instance, "_pricer", None)
-    if p is None or p[0] != key:
+    if p is None or any(a is not b for a, b in zip(p[0][:3], key[:3])) or p[0][3] != key[3]:
         instance._pricer = (key, Pricer(instance))
     return instance._pricer[1]
 

@@ -42,9 +42,9 @@ def layer_io_bytes(instance: Instance, lid: int) -> tuple[int, int]:
 
 def speeds(instance: Instance) -> tuple[Fraction, ...]:
     """Capacity speed of every device: 1 / (its time for the whole model alone)."""
-    key = (id(instance.devices), id(instance.graph), instance.dtype_bytes)
+    key = (instance.devices, instance.graph, instance.dtype_bytes)
     cached = getattr(instance, "_speeds", None)
-    if cached is not None and cached[0] == key:
+    if cached is not None and cached[0][0] is key[0] and cached[0][1] is key[1] and cached[0][2] == key[2]:
         return cached[1]
     out = []
     for d in range(len(instance.devices)):

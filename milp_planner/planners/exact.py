@@ -419,10 +419,9 @@ def _least_memory(sg: StageGraph):
     finally:
         inst.constraints = saved
     m = cm.model
-    scale = 10_000
-    ratio = m.NewIntVar(0, 10**9, "ratio")
+    scale = 1000  # the factor in thousandths, up to 1000x the caps
+    ratio = m.NewIntVar(0, 10**6, "ratio")
     for d, cap in caps.items():
-        # memory_d * scale <= ratio * cap   (ratio in 1/scale units)
         m.Add(cm.memory[d] * scale <= ratio * cap)
     m.Minimize(ratio)
     solver = cp_model.CpSolver()
