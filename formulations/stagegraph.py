@@ -20,33 +20,24 @@ flow with side constraints (the MILP and CP-SAT models). Arc costs come from
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
-from itertools import permutations
+
+import numpy as np
 
 from milp_planner.errors import PlannerError
 from milp_planner.evaluator import EXTERNAL, Pricer, pricer
 from milp_planner.geometry import full_region, intersect_cells, union_cells
 from milp_planner.instance import Instance
-from milp_planner.plan import Part, Plan, Stage
-from milp_planner.space import cut_vectors, ranges_from_cuts, stage_extent
+from milp_planner.plan import Plan
+
+from .options import StageOption, stage_options
+from .relaxation import LayoutBounds, last_readers, layout_bounds
 
 
-@dataclass(frozen=True)
-class StageOption:
-    """One stage: layers first..last, an axis, part ranges and the device of each part."""
-
-    first: int
-    last: int
-    axis: str
-    ranges: tuple  # one (start, stop) per part, or (None,) for axis none
-    devices: tuple[int, ...]
-
-    def to_stage(self, names: list[str]) -> Stage:
-        if self.axis == "none":
-            return Stage(self.first, self.last, "none", (Part(names[self.devices[0]]),))
-        return Stage(self.first, self.last, self.axis,
-                     tuple(Part(names[d], r) for d, r in zip(self.devices, self.ranges)))
+class SpaceTooLarge(PlannerError):
+    """The stage graph would exceed the arc limit it was built with."""
 
 
 @dataclass
@@ -72,6 +63,13 @@ class StageGraph:
     out_arcs: list[list[int]] = field(default_factory=list)
     in_arcs: list[list[int]] = field(default_factory=list)
     build_time_s: float = 0.0
+    objective: str = "latency"  # the objective ``upper`` and ``to_go`` are in
+    upper: float | None = None  # every plan whose floor is at most this is in the graph (None: all)
+    bounds: LayoutBounds | None = None  # the relaxation it was enumerated with
+    lower: float | None = None  # a proven lower bound of ``objective`` over the whole space
+    complete: bool = True  # holds every plan of the space no worse than its best feasible plan
+    outside: float = math.inf  # every plan not in the graph has a floor at least this (or breaks a cap)
+    forward_arcs: int = 0  # arcs the forward pass kept, before the backward pass
 
     @property
     def n_nodes(self) -> int:
@@ -108,35 +106,53 @@ class Terminal:
     load: tuple[float, ...]  # per device: the gather counted as the sink device's receive
 
 
-def stage_options(instance: Instance, first: int, last: int) -> list[StageOption]:
-    """Every stage option on layers first..last inside the instance's search space."""
-    g = instance.graph
-    sp = instance.search
-    n_dev = len(instance.devices)
-    devs = range(n_dev)
-    out = [StageOption(first, last, "none", (None,), (d,)) for d in devs]
-    kmax = min(sp.max_parts, n_dev)
-    axes = []
-    if "rows" in sp.axes and all(g.layers[i].row_splittable for i in range(first, last + 1)):
-        axes.append("rows")
-    if "channels" in sp.axes and first == last and g.layers[first].channel_splittable:
-        axes.append("channels")
-    for axis in axes:
-        n = stage_extent(instance, last, axis)
-        for k in range(2, kmax + 1):
-            for cuts in cut_vectors(instance, n, k):
-                ranges = tuple(ranges_from_cuts(cuts, n))
-                for assign in permutations(devs, k):
-                    out.append(StageOption(first, last, axis, ranges, assign))
-    return out
+FLOORED = ("latency", "energy", "period", "memory")
+
+
+def arc_floor(arc: "Arc", objective: str, n_dev: int) -> float:
+    """An additive lower bound of ``objective`` over a path: the arc's share of it.
+
+    Latency and energy are additive, so this is the arc's exact cost. Period is at least the
+    mean device load, memory at least the mean weight bytes per device.
+    """
+    if objective == "latency":
+        return arc.tau
+    if objective == "energy":
+        return arc.energy
+    if objective == "period":
+        return sum(arc.load) / n_dev
+    return sum(arc.weights) / n_dev
+
+
+def terminal_floor(term: "Terminal", objective: str, n_dev: int) -> float:
+    if objective == "latency":
+        return term.gather_s
+    if objective == "energy":
+        return term.energy
+    if objective == "period":
+        return sum(term.load) / n_dev
+    return 0.0
 
 
 def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=None,
-                      deadline: float | None = None) -> StageGraph:
-    """Enumerate the whole plan space of ``instance`` as a ``StageGraph``.
+                      deadline: float | None = None, *, objective: str = "latency",
+                      upper: float | None = None, drop_overflow: bool = False,
+                      bounds: LayoutBounds | None = None) -> StageGraph:
+    """The plan space of ``instance`` as a ``StageGraph``.
 
-    Raises ``PlannerError`` when the graph would exceed ``max_arcs`` (the space is too large
-    to enumerate; shrink ``search`` or use a heuristic planner).
+    Without ``upper`` the whole space is enumerated. With ``upper`` (a value of ``objective``
+    that some plan achieves, or any guess) only the arcs of paths whose additive floor
+    (``arc_floor``: the cost itself for latency and energy) is at most ``upper`` are kept:
+    every plan no worse than ``upper`` is still in the graph, so an optimum found in it is
+    an optimum of the space once it is at most ``upper``. The enumeration is a forward pass
+    that prunes with the exact best prefix and the layout relaxation's bounds
+    (``formulations.relaxation``: a floor for each stage option from the state's class and a
+    bound on what is left after it), then a backward pass that prunes with the exact best
+    suffix. ``drop_overflow`` leaves out arcs that alone overflow a device's memory cap (no
+    feasible plan contains them).
+
+    Raises ``SpaceTooLarge`` (a ``PlannerError``) when the graph would exceed ``max_arcs`` (the space is too large
+    to enumerate; shrink ``search`` or give a tighter ``upper``).
     """
     t0 = time.perf_counter()
     pr = pricer(instance)
@@ -146,52 +162,82 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     fl = max(1, instance.search.fusion_limit)
     net = instance.network
     power = [(float(d.power.compute_w), float(d.power.tx_w), float(d.power.rx_w)) for d in instance.devices]
-
-    # the last layer reading each tensor (graph outputs: forever)
-    last_read: dict[str, int] = {}
-    for layer in g.layers:
-        for t in layer.inputs:
-            last_read[t] = max(last_read.get(t, -1), layer.id)
-    for t in g.outputs:
-        last_read[t] = n
+    caps = [dev.memory_bytes if (drop_overflow and instance.constraints.memory) else None
+            for dev in instance.devices]
+    check_caps = any(c is not None for c in caps)
+    bounded = upper is not None and math.isfinite(upper)
+    if objective not in FLOORED:
+        raise ValueError(f"unknown objective {objective!r}")
+    slack = (upper * (1 + 1e-9) + 1e-12) if bounded else math.inf
+    if bounds is None or bounds.objective != objective:
+        bounds = layout_bounds(instance, objective, pr)
+    last_read = last_readers(instance)
+    heads = {key: bounds.head_bound(*key) for key in bounds.tables}
+    exact = _ExactFloors(instance, pr, objective)
 
     src = EXTERNAL if net.source.external else net.source.device
     init = tuple(sorted((t, ((src, full_region(g, t)),)) for t in g.inputs if last_read.get(t, -1) >= 0))
     node_id: dict[tuple, int] = {}
     nodes: list[tuple[int, tuple]] = []
+    prefix: list[float] = []
+    klass: list[int] = []  # node -> its layout class at its boundary (from the arc that made it)
 
-    def node(b, state):
+    def node(b, state, cls):
         key = (b, state)
         i = node_id.get(key)
         if i is None:
             i = node_id[key] = len(nodes)
             nodes.append(key)
+            prefix.append(math.inf)
+            klass.append(cls)
         return i
 
-    source = node(0, init)
+    source = node(0, init, -1)
+    prefix[source] = 0.0
+    outside = math.inf  # the least floor of a partial plan pruned
     frontier: dict[int, set[int]] = {0: {source}}
     arcs: list[Arc] = []
-    options_cache: dict[tuple[int, int], list] = {}
+    floors: list[float] = []
 
     for b in range(n):
-        for nid in sorted(frontier.get(b, ())):
+        for nid in sorted(frontier.get(b, ()), key=lambda i: prefix[i]):
             _, state = nodes[nid]
             owners = dict(state)
+            gs = prefix[nid]
             for e in range(b, min(n, b + fl)):
-                key = (b, e)
-                if key not in options_cache:
-                    options_cache[key] = _priced_options(instance, pr, b, e)
-                for opt, geos, comp, wts, comp_bytes in options_cache[key]:
-                    arc, new_state = _arc(pr, instance, opt, geos, comp, wts, comp_bytes, owners,
+                tab = bounds.tables[(b, e)]
+                after = heads[(b, e)]
+                est = exact.floors(tab, owners)
+                total = gs + est * (1 - 1e-9) + after
+                fits = total <= slack
+                if not fits.all():
+                    outside = min(outside, float(total[~fits].min()))
+                for oi in np.flatnonzero(fits):
+                    grp = tab.groups[tab.group[oi]]
+                    p = tab.perm[oi]
+                    opt = grp.option(p)
+                    comp = tuple(grp.comp[p])
+                    arc, new_state = _arc(pr, instance, opt, grp.geos, comp, grp.weights, grp.computed, owners,
                                           last_read, power, n_dev)
-                    head = node(e + 1, new_state)
+                    if check_caps and any(c is not None and arc.weights[d] + arc.working[d] > c
+                                          for d, c in enumerate(caps)):
+                        continue
+                    f = arc_floor(arc, objective, n_dev)
+                    if gs + f + after[oi] > slack:
+                        outside = min(outside, gs + f + after[oi])
+                        continue
+                    head = node(e + 1, new_state, int(tab.head[oi]))
+                    if gs + f < prefix[head]:
+                        prefix[head] = gs + f
                     frontier.setdefault(e + 1, set()).add(head)
                     arc.tail, arc.head = nid, head
                     arcs.append(arc)
+                    floors.append(f)
                     if len(arcs) > max_arcs:
-                        raise PlannerError(
-                            f"{instance.name}: the plan space has more than {max_arcs} stage arcs; "
-                            "reduce search.fusion_limit, max_parts or splits, or use a heuristic planner")
+                        raise SpaceTooLarge(
+                            f"{instance.name}: the plan space has more than {max_arcs} stage arcs"
+                            + (f" within {upper:.6g} ({objective})" if bounded else "")
+                            + "; reduce search.fusion_limit, max_parts or splits, or use a heuristic planner")
             if deadline is not None and time.perf_counter() > deadline:
                 raise TimeoutError("stage graph enumeration exceeded the time limit")
         if progress is not None:
@@ -218,7 +264,18 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
             load[sink] = gs
         terminals[nid] = Terminal(gs, en, tuple(load))
 
+    if bounded:
+        n_before = len(arcs)
+        nodes, arcs, source, terminals = _prune_backward(nodes, arcs, floors, prefix, source, terminals,
+                                                        objective, n_dev, slack)
+        if len(arcs) < n_before:
+            outside = min(outside, slack)
     sg = StageGraph(instance, nodes, arcs, source, terminals)
+    sg.bounds = bounds
+    sg.upper = upper if bounded else None
+    sg.objective = objective
+    sg.outside = outside  # inf: nothing was left out, the graph is the whole (feasible) space
+    sg.forward_arcs = n_before if bounded else len(arcs)
     sg.out_arcs = [[] for _ in nodes]
     sg.in_arcs = [[] for _ in nodes]
     for i, a in enumerate(arcs):
@@ -228,16 +285,96 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     return sg
 
 
-def _priced_options(instance, pr: Pricer, b: int, e: int):
-    """Options of stage b..e with their device-free geometry and per-part device costs."""
-    out = []
-    for opt in stage_options(instance, b, e):
-        geos = pr.geometry.parts(b, e, opt.axis, list(opt.ranges))
-        comp = tuple(pr.compute_time(d, part) for d, part in zip(opt.devices, geos))
-        wts = tuple(sum(pr.weight_bytes(part, opt.axis).values()) for part in geos)
-        comp_bytes = tuple(pr.computed_bytes(part) for part in geos)
-        out.append((opt, geos, comp, wts, comp_bytes))
-    return out
+def _prune_backward(nodes, arcs, floors, prefix, source, terminals, objective, n_dev, slack):
+    """Keep the arcs on a path whose floor is within ``slack``; renumber the nodes."""
+    suffix = [math.inf] * len(nodes)
+    for nid, term in terminals.items():
+        suffix[nid] = terminal_floor(term, objective, n_dev)
+    order = sorted(range(len(arcs)), key=lambda i: -nodes[arcs[i].tail][0])
+    for i in order:  # arcs by decreasing boundary of their tail
+        a = arcs[i]
+        c = floors[i] + suffix[a.head]
+        if c < suffix[a.tail]:
+            suffix[a.tail] = c
+    kept = [i for i, a in enumerate(arcs) if prefix[a.tail] + floors[i] + suffix[a.head] <= slack]
+    used = {source}
+    for i in kept:
+        used.add(arcs[i].tail)
+        used.add(arcs[i].head)
+    remap = {old: new for new, old in enumerate(sorted(used))}
+    new_nodes = [nodes[old] for old in sorted(used)]
+    new_arcs = []
+    for i in kept:
+        a = arcs[i]
+        a.tail, a.head = remap[a.tail], remap[a.head]
+        new_arcs.append(a)
+    new_terms = {remap[nid]: t for nid, t in terminals.items() if nid in remap and prefix[nid] + suffix[nid] <= slack}
+    return new_nodes, new_arcs, remap[source], new_terms
+
+
+class _ExactFloors:
+    """``arc_floor`` of every option of a stage from one exact state, vectorised.
+
+    The same sums as ``_arc`` in numpy: used to select which options to price with ``_arc``
+    (whose value decides), so it needs to agree with it only up to rounding."""
+
+    def __init__(self, instance: Instance, pr: Pricer, objective: str):
+        net = instance.network
+        n_dev = len(instance.devices)
+        self.pr, self.objective, self.n_dev = pr, objective, n_dev
+        self.shared = net.medium == "shared"
+        self.pc = np.array([float(d.power.compute_w) for d in instance.devices])
+        self.rx = np.array([float(d.power.rx_w) for d in instance.devices])
+        self.tx = {o: float(instance.devices[o].power.tx_w) for o in range(n_dev)}
+        self.tx[EXTERNAL] = 0.0
+        self.inv_bw, self.lat = {}, {}
+        for o in range(n_dev):  # seconds per byte and per message from o to each device
+            self.inv_bw[o] = np.array([0.0 if o == d else 1.0 / net.bandwidth_Bps[o][d] for d in range(n_dev)])
+            self.lat[o] = np.array([0.0 if o == d else net.latency_s[o][d] for d in range(n_dev)])
+        if net.source.external:
+            self.inv_bw[EXTERNAL] = np.array([1.0 / b for b in net.source.bandwidth_Bps])
+            self.lat[EXTERNAL] = np.array(net.source.latency_s, dtype=float)
+        self.wsum = {}
+
+    def floors(self, tab, owners) -> np.ndarray:
+        devices, comp, mask, needs = tab.flat()
+        n_g, kmax = len(tab.groups), comp.shape[1]
+        if self.objective == "memory":
+            w = self.wsum.get(id(tab))
+            if w is None:
+                w = self.wsum[id(tab)] = np.array(
+                    [sum(tab.groups[gi].weights) / self.n_dev for gi in tab.group])
+            return w
+        recv = np.zeros((n_g, kmax, self.n_dev))
+        energy = np.zeros((n_g, kmax, self.n_dev)) if self.objective == "energy" else None
+        for t, need in needs.items():
+            lst = owners.get(t)
+            if not lst:
+                continue
+            ids = [o for o, _ in lst]
+            own = np.array([(r.rows[0], r.rows[1], r.chans[0], r.chans[1]) for _, r in lst], dtype=np.int64)
+            rows = np.clip(np.minimum(need[:, :, None, 1], own[None, None, :, 1])
+                           - np.maximum(need[:, :, None, 0], own[None, None, :, 0]), 0, None)
+            cols = np.clip(np.minimum(need[:, :, None, 3], own[None, None, :, 3])
+                           - np.maximum(need[:, :, None, 2], own[None, None, :, 2]), 0, None)
+            nbytes = (rows * cols * self.pr.unit_bytes(t)).astype(float)  # (groups, parts, owners)
+            inv_bw = np.array([self.inv_bw[o] for o in ids])  # (owners, devices)
+            lat = np.array([self.lat[o] for o in ids])
+            tt = nbytes[..., None] * inv_bw[None, None] + (nbytes > 0)[..., None] * lat[None, None]
+            recv += tt.sum(axis=2)
+            if energy is not None:
+                tx = np.array([self.tx[o] for o in ids])
+                energy += (tt * (tx[:, None] + self.rx[None, :])[None, None]).sum(axis=2)
+        parts = np.arange(kmax)[None, :]
+        r = recv[tab.group[:, None], parts, devices] * mask  # (options, parts)
+        if self.objective == "latency":
+            if self.shared:
+                return r.sum(axis=1) + comp.max(axis=1)
+            return (comp + r).max(axis=1)
+        if self.objective == "energy":
+            en = energy[tab.group[:, None], parts, devices] * mask
+            return (self.pc[devices] * comp * mask).sum(axis=1) + en.sum(axis=1)
+        return (comp + r).sum(axis=1) / self.n_dev
 
 
 def _arc(pr: Pricer, instance, opt: StageOption, geos, comp, wts, comp_bytes, owners, last_read,

@@ -17,6 +17,7 @@ _MODULES = {
     "cpsat": "exact:CPSATPlanner",
     "dp": "exact:DPPlanner",
     "bruteforce": "exact:BruteForcePlanner",
+    "lp-round": "lp_round:LPRoundPlanner",
     "offload": "offload:OffloadPlanner",
     "modnn": "modnn:MoDNNPlanner",
     "coedge": "coedge:CoEdgePlanner",

@@ -17,25 +17,226 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from formulations.dp import ADDITIVE, arc_cost, prefix_suffix, shortest_path, terminal_cost
-from formulations.stagegraph import StageGraph, build_stage_graph, stage_options
+from formulations.relaxation import layout_bounds
+from formulations.stagegraph import SpaceTooLarge, StageGraph, build_stage_graph, stage_options
 
 from ..errors import PlannerError
 from ..evaluator import evaluate_stages
 from ..instance import Instance
-from .base import Planner, PlanResult, SolveContext
+from .base import Planner, PlanResult, SolveContext, space_dict
 
 REL_TOL = 1e-6
+
+
+class SpaceTimeout(Exception):
+    """The time limit ran out while enumerating the space; ``lower`` is what was proven."""
+
+    def __init__(self, lower: float | None):
+        super().__init__("the time limit ran out while enumerating the plan space")
+        self.lower = lower
+
+
+@dataclass
+class GraphSolve:
+    """What a solver found in one stage graph."""
+
+    arcs: list[int]  # the best plan found ([] for none)
+    value: float | None  # its objective as the solver computes it
+    bound: float | None  # proven lower bound over the graph
+    optimal: bool  # proven optimal over the graph
+    infeasible: bool = False  # proven: no plan of the graph meets the caps
+    stopped: bool = False  # the solver ran out of time
+    tol: float = 0.0  # absolute tolerance of the solver's integer scaling
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Exploration:
+    """The outcome of the rounds of ``ExactPlanner.explore``."""
+
+    graph: StageGraph | None  # the graph of the best plan (or the last graph)
+    found: GraphSolve | None  # the best plan over all rounds
+    lower: float | None  # proven lower bound over the whole space
+    certified: bool
+    rounds: int
+    build_s: float
+    timed_out: bool = False
+    infeasible: bool = False
 
 
 class ExactPlanner(Planner):
     exact = True
 
-    def stage_graph(self, instance: Instance, ctx: SolveContext) -> StageGraph:
+    def solve(self, instance, **kw):
+        try:
+            return super().solve(instance, **kw)
+        except SpaceTimeout as err:
+            res = PlanResult(self.name, "timeout", kw.get("objective") or instance.objective, bound=err.lower,
+                             message=f"{err}; no plan yet" + (f"; proven bound {err.lower:.6g}" if err.lower else ""))
+            res.space = space_dict(instance)
+            res.solve_time_s = kw.get("time_limit") or 0.0
+            return res
+
+    def solve_graph(self, sg: StageGraph, ctx: SolveContext, ws) -> GraphSolve:
+        """Solve one stage graph; ``ws`` is the DP warm start. This base version is the DP:
+        optimal over the graph when the DP's plan meets the caps."""
+        arcs, value, dp_bound, feasible = ws
+        if not feasible:
+            return GraphSolve([], None, dp_bound, False)
+        optimal = dp_bound is not None and value <= dp_bound * (1 + REL_TOL) + 1e-15
+        return GraphSolve(arcs, value, dp_bound, optimal)
+
+    def explore(self, instance: Instance, ctx: SolveContext, solve_graph=None) -> Exploration:
+        """Enumerate and solve the space in rounds until an optimum is certified.
+
+        Latency and energy: each round enumerates the plans within an upper bound (starting
+        just above the layout relaxation's bound) and solves that graph. A plan no worse than
+        every plan left outside the graph (``sg.outside``) is optimal over the whole space.
+        Otherwise the bound grows in small steps (the number of plans within a bound grows
+        very fast near the optimum) and never beyond the best plan found, so the round after
+        a feasible plan is found holds every better plan. Each round proves
+        ``min(graph bound, sg.outside)`` a lower bound. Period and memory are not additive:
+        one round over the whole space.
+        """
+        solve_graph = solve_graph or self.solve_graph
+        obj = ctx.objective
         deadline = None if ctx.time_limit is None else ctx.started + ctx.time_limit
-        return build_stage_graph(instance, max_arcs=int(self.options.get("max_arcs", 3_000_000)),
-                                 progress=lambda **k: ctx.report(**k), deadline=deadline)
+        max_arcs = int(self.options.get("max_arcs", 3_000_000))
+        bounded = obj in ADDITIVE and self.options.get("bounded", True)
+        bounds = layout_bounds(instance, obj) if bounded else None
+        lower = float(bounds.to_go[0].min()) if bounded else None
+        upper = lower * (1 + float(self.options.get("delta", 0.0025))) if bounded else math.inf
+        budget = int(self.options.get("round_budget", 60_000))  # arcs one round may enumerate
+        growth, prev_arcs = float(self.options.get("growth", 0.002)), 0
+        best: tuple[StageGraph, GraphSolve] | None = None
+        rounds, build_s = 0, 0.0
+        done_upper = lower  # the bound of the last round that finished
+        while True:
+            rounds += 1
+            ctx.report(phase=f"space within {upper:.6g}" if math.isfinite(upper) else "space", bound=lower,
+                       force=True)
+            cap = max_arcs if not math.isfinite(upper) else min(max_arcs, max(budget, 4 * prev_arcs))
+            try:
+                sg = build_stage_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
+                                       deadline=deadline, objective=obj if bounded else "latency",
+                                       upper=upper if math.isfinite(upper) else None, drop_overflow=True,
+                                       bounds=bounds)
+            except TimeoutError:
+                if best is None:
+                    raise SpaceTimeout(lower) from None
+                return Exploration(best[0], best[1], lower, False, rounds, build_s, timed_out=True)
+            except SpaceTooLarge:
+                if math.isfinite(upper) and cap < max_arcs and upper > done_upper * (1 + 1e-7):
+                    # too many plans within this bound for one round: try halfway back
+                    upper = done_upper + (upper - done_upper) / 2 if math.isfinite(upper) else 2 * done_upper
+                    growth = max(growth / 4, 1e-4)
+                    continue
+                if best is None:
+                    raise
+                return Exploration(best[0], best[1], lower, False, rounds, build_s)
+            except PlannerError:
+                if best is None:
+                    raise
+                return Exploration(best[0], best[1], lower, False, rounds, build_s)
+            done_upper = upper
+            build_s += sg.build_time_s
+            whole = not math.isfinite(sg.outside)  # nothing left out but plans that break a cap
+            ws = self.warm_start(sg, obj)
+            if ws[2] is None and not ws[0]:  # no plan within `upper`, caps aside
+                if whole:
+                    return Exploration(sg, None, lower, False, rounds, build_s, infeasible=True)
+                lower = max(lower, sg.outside)
+            else:
+                found = solve_graph(sg, ctx, ws)
+                if found.arcs and (best is None or found.value < best[1].value):
+                    best = (sg, found)
+                in_graph = 0.0 if found.infeasible else found.bound
+                if in_graph is None:
+                    in_graph = -math.inf
+                if found.infeasible:
+                    in_graph = math.inf
+                if bounded:
+                    lower = max(lower, min(sg.outside, in_graph))
+                elif in_graph is not None and math.isfinite(in_graph):
+                    lower = in_graph
+                if found.optimal and found.arcs and found.value <= sg.outside * (1 + 1e-9):
+                    return Exploration(sg, found, lower if bounded else found.bound, True, rounds, build_s)
+                if found.infeasible and whole:
+                    return Exploration(sg, None, lower, False, rounds, build_s, infeasible=True)
+                if found.stopped or whole or not (found.optimal or found.infeasible):
+                    # out of time, the whole space solved, or a solver that cannot prove more
+                    return Exploration(best[0] if best else sg, best[1] if best else None, lower, False,
+                                       rounds, build_s, timed_out=found.stopped)
+            if deadline is not None and time.perf_counter() > deadline:
+                if best is None:
+                    raise SpaceTimeout(lower)
+                return Exploration(best[0], best[1], lower, False, rounds, build_s, timed_out=True)
+            # the next bound: past every pruned partial plan's floor; the step doubles while
+            # the graphs grow slowly and halves when they grow fast (near the optimum the
+            # number of plans within a bound grows very fast)
+            growth = growth * 2 if sg.forward_arcs <= 2 * prev_arcs + 1000 else max(growth / 2, 1e-4)
+            prev_arcs = sg.forward_arcs
+            upper = max(sg.outside, upper * (1 + growth))
+            if best is not None:
+                upper = min(upper, best[1].value)
+            if upper > 2 * max(lower, 1e-12):
+                upper = math.inf
+
+    def stage_graph(self, instance: Instance, ctx: SolveContext) -> StageGraph:
+        """A stage graph that holds an optimum of the space (the DP's rounds of ``explore``),
+        with ``sg.lower`` a proven lower bound; ``sg.complete`` is False when the rounds
+        stopped early and the graph may miss better plans."""
+        ex = self.explore(instance, ctx, solve_graph=ExactPlanner.solve_graph.__get__(self))
+        sg = ex.graph
+        sg.lower = ex.lower
+        sg.complete = ex.certified or ex.infeasible or not math.isfinite(sg.outside)
+        return sg
+
+    def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
+        ex = self.explore(instance, ctx)
+        obj = ctx.objective
+        sg = ex.graph
+        info = {"stage_arcs": len(sg.arcs), "nodes": sg.n_nodes, "space_build_s": ex.build_s,
+                "rounds": ex.rounds}
+        if ex.found is not None:
+            info.update(ex.found.info)
+        if ex.infeasible:
+            return PlanResult(self.name, "infeasible", obj, info=info, message=explain_infeasible(sg, ctx))
+        if ex.found is None:
+            status = "timeout" if ex.timed_out else "infeasible"
+            msg = ("no plan found within the time limit" if ex.timed_out
+                   else "no plan meeting the caps found: " + explain_infeasible(sg, ctx))
+            return PlanResult(self.name, status, obj, bound=ex.lower, info=info, message=msg)
+        found = ex.found
+        plan = sg.plan_from_arcs(found.arcs)
+        status = "optimal" if ex.certified else ("timeout" if ex.timed_out else "feasible")
+        res = PlanResult(self.name, status, obj, plan=plan, bound=found.value if ex.certified else ex.lower,
+                         info=info, message=self.stop_message(ex))
+        res._solver_value, res._tol = found.value, found.tol
+        return res
+
+    def stop_message(self, ex: Exploration) -> str:
+        if ex.certified:
+            return ""
+        if ex.timed_out:
+            return "the time limit stopped the search; the bound is the best proven"
+        return "not certified: the plan space within the best plan is too large to enumerate"
+
+    def finish(self, res: PlanResult) -> PlanResult:
+        """Check the solver's objective against the evaluator's (a mismatch is a bug)."""
+        sv = getattr(res, "_solver_value", None)
+        if sv is not None:
+            self.check_agreement(sv, res, tol_abs=getattr(res, "_tol", 0.0))
+            if res.status == "optimal":
+                res.bound = min(res.value, res.bound if res.bound is not None else res.value)
+            elif res.bound is not None and res.value is not None:
+                res.bound = min(res.bound, res.value)
+        return res
 
     def warm_start(self, sg: StageGraph, objective: str):
         """(arcs, their value under ``objective``, the DP bound or None, plan feasible?).
@@ -127,25 +328,16 @@ class DPPlanner(ExactPlanner):
     description = "dynamic program over stage boundaries and tensor layouts (exact for latency/energy without caps)"
     source = "this project (MODEL.md, lessons measured); shortest path over the stage graph"
 
-    def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
-        sg = self.stage_graph(instance, ctx)
-        arcs, value, bound, feasible = self.warm_start(sg, ctx.objective)
-        info = {"stage_arcs": len(sg.arcs), "nodes": sg.n_nodes, "space_build_s": sg.build_time_s}
-        if not arcs:
-            return PlanResult(self.name, "infeasible", ctx.objective, info=info, message=explain_infeasible(sg, ctx))
-        plan = sg.plan_from_arcs(arcs)
-        res = PlanResult(self.name, "optimal", ctx.objective, plan=plan, bound=bound, info=info)
-        if ctx.objective not in ADDITIVE:
-            res.status, res.bound = "feasible", None
-            res.message = "dp is exact for latency and energy only; this plan minimises latency"
-        elif not feasible:
-            res.status = "error"
-            res.message = ("dp ignores caps and its optimum violates them; its value is a lower bound. "
-                           "Use --planner milp or cpsat")
-        elif value > bound * (1 + REL_TOL):
-            res.status = "feasible"
-            res.message = "caps bind: this is a feasible plan, the bound is the DP without caps"
-        return res
+    def stop_message(self, ex: Exploration) -> str:
+        if ex.certified or ex.timed_out:
+            return super().stop_message(ex)
+        if ex.found is not None and ex.found.bound is None:
+            return "dp is exact for latency and energy only; this plan minimises latency"
+        return ("caps bind: this is a feasible plan (the DP's, repaired); the bound is the DP without caps. "
+                "Use --planner milp or cpsat to certify")
+
+    def solve(self, instance, **kw):
+        return self.finish(super().solve(instance, **kw))
 
 
 class MILPPlanner(ExactPlanner):
@@ -153,79 +345,56 @@ class MILPPlanner(ExactPlanner):
     description = "path-flow MILP over the stage graph (Pyomo + HiGHS), DP warm start and arc fixing"
     source = "this project; Pyomo model in formulations.milp"
 
-    def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
+    def solve_graph(self, sg: StageGraph, ctx: SolveContext, ws) -> GraphSolve:
         import pyomo.environ as pyo
 
         from formulations.milp import build_milp, objective_unscale, solution_arcs
 
-        sg = self.stage_graph(instance, ctx)
         obj = ctx.objective
-        ws_arcs, ws_value, dp_bound, ws_feasible = self.warm_start(sg, obj)
-        if not ws_arcs:
-            return PlanResult(self.name, "infeasible", obj, message=explain_infeasible(sg, ctx))
+        ws_arcs, ws_value, dp_bound, ws_feasible = ws
         keep = None
         if self.options.get("fix_arcs", True):
             keep = _pruned_arcs(sg, obj, ws_value if ws_feasible else None)
         ctx.report(phase="model", incumbent=ws_value if ws_feasible else None, bound=dp_bound, force=True)
         m = build_milp(sg, obj, arcs=keep)
-        chosen = set(ws_arcs)
         if ws_feasible:
+            chosen = set(ws_arcs)
             for a in m.ARCS:
                 m.x[a].value = 1 if a in chosen else 0
-        solver = pyo.SolverFactory(self.options.get("solver", "appsi_highs"))
-        remaining = ctx.remaining()
         name = self.options.get("solver", "appsi_highs")
+        solver = pyo.SolverFactory(name)
+        remaining = ctx.remaining()
         if name == "appsi_highs":
             if remaining is not None:
                 solver.config.time_limit = max(1.0, remaining)
             solver.config.stream_solver = bool(self.options.get("log", False))
-            solver.highs_options = {"threads": max(1, ctx.threads), "mip_rel_gap": 1e-7,
-                                    "mip_abs_gap": 0.0}
+            solver.highs_options = {"threads": max(1, ctx.threads), "mip_rel_gap": 1e-7, "mip_abs_gap": 0.0}
             if ws_feasible and solver.warm_start_capable():
                 solver.config.warmstart = True
-            results = solver.solve(m, load_solutions=False)
-        else:  # any other Pyomo solver
-            results = solver.solve(m, load_solutions=False)
+        results = solver.solve(m, load_solutions=False)
         tc = str(results.solver.termination_condition)
-        unscale = objective_unscale(m)
-        lb = results.problem.lower_bound
-        info = {"stage_arcs": len(sg.arcs), "model_arcs": len(m.ARCS), "nodes": sg.n_nodes,
-                "space_build_s": sg.build_time_s, "termination": tc}
+        info = {"model_arcs": len(m.ARCS), "termination": tc}
         if tc in ("infeasible", "infeasibleOrUnbounded"):
-            return PlanResult(self.name, "infeasible", obj, info=info,
-                              message=explain_infeasible(sg, ctx))
-        has_solution = False
+            return GraphSolve([], None, None, False, infeasible=True, info=info)
         try:
             if name == "appsi_highs":
                 solver.load_vars()
             else:
                 m.solutions.load_from(results)
-            has_solution = True
+            arcs = solution_arcs(sg, m)
         except Exception:  # no primal solution available (e.g. stopped before the first one)
-            has_solution = False
-        arcs = solution_arcs(sg, m) if has_solution else []
+            arcs = []
         if not arcs and ws_feasible:
-            arcs = ws_arcs
-        if not arcs:
-            return PlanResult(self.name, "timeout", obj, info=info, bound=_finite(lb, unscale),
-                              message="no plan found within the time limit")
-        plan = sg.plan_from_arcs(arcs)
-        res = PlanResult(self.name, "optimal" if tc == "optimal" else "timeout", obj, plan=plan, info=info)
-        bound = _finite(lb, unscale)
+            arcs = list(ws_arcs)
+        bound = _finite(results.problem.lower_bound, objective_unscale(m))
         if dp_bound is not None:
-            bound = max(bound or 0.0, dp_bound) if bound is not None else dp_bound
-        res.bound = bound
-        res._solver_value = sg.path_value(arcs, obj)
-        return res
+            bound = dp_bound if bound is None else max(bound, dp_bound)
+        optimal = tc == "optimal"
+        value = sg.path_value(arcs, obj) if arcs else None
+        return GraphSolve(arcs, value, bound, optimal and bool(arcs), stopped=not optimal, info=info)
 
     def solve(self, instance, **kw):
-        res = super().solve(instance, **kw)
-        sv = getattr(res, "_solver_value", None)
-        if sv is not None:
-            self.check_agreement(sv, res)
-            if res.status == "optimal":
-                res.bound = min(res.bound if res.bound is not None else res.value, res.value)
-        return res
+        return self.finish(super().solve(instance, **kw))
 
 
 def _finite(v, scale=1.0):
@@ -243,16 +412,13 @@ class CPSATPlanner(ExactPlanner):
     description = "path-flow CP-SAT model over the stage graph (OR-Tools), integer ns/nJ/bytes, DP hint"
     source = "this project; CpModel in formulations.cpsat"
 
-    def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
+    def solve_graph(self, sg: StageGraph, ctx: SolveContext, ws) -> GraphSolve:
         from ortools.sat.python import cp_model
 
         from formulations.cpsat import build_cpsat
 
-        sg = self.stage_graph(instance, ctx)
         obj = ctx.objective
-        ws_arcs, ws_value, dp_bound, ws_feasible = self.warm_start(sg, obj)
-        if not ws_arcs:
-            return PlanResult(self.name, "infeasible", obj, message=explain_infeasible(sg, ctx))
+        ws_arcs, ws_value, dp_bound, ws_feasible = ws
         keep = None
         if self.options.get("fix_arcs", True):
             keep = _pruned_arcs(sg, obj, ws_value if ws_feasible else None)
@@ -275,33 +441,20 @@ class CPSATPlanner(ExactPlanner):
                            bound=self_inner.BestObjectiveBound() / cm.scale)
 
         status = solver.Solve(cm.model, Progress())
-        info = {"stage_arcs": len(sg.arcs), "model_arcs": len(cm.x), "nodes": sg.n_nodes,
-                "space_build_s": sg.build_time_s, "status": solver.StatusName(status),
-                "tolerance": cm.tolerance}
+        info = {"model_arcs": len(cm.x), "status": solver.StatusName(status), "tolerance": cm.tolerance}
         if status == cp_model.INFEASIBLE:
-            return PlanResult(self.name, "infeasible", obj, info=info, message=explain_infeasible(sg, ctx))
+            return GraphSolve([], None, None, False, infeasible=True, info=info)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return PlanResult(self.name, "timeout", obj, info=info,
-                              message="no plan found within the time limit")
-        arcs = cm.solution_arcs(solver)
-        plan = sg.plan_from_arcs(arcs)
+            return GraphSolve([], None, dp_bound, False, stopped=True, info=info)
         bound = max(0.0, solver.BestObjectiveBound() / cm.scale - cm.tolerance)
         if dp_bound is not None:
             bound = max(bound, dp_bound)
-        res = PlanResult(self.name, "optimal" if status == cp_model.OPTIMAL else "timeout", obj,
-                         plan=plan, bound=bound, info=info)
-        res._solver_value = solver.ObjectiveValue() / cm.scale
-        res._tol = cm.tolerance
-        return res
+        return GraphSolve(cm.solution_arcs(solver), solver.ObjectiveValue() / cm.scale, bound,
+                          status == cp_model.OPTIMAL, stopped=status != cp_model.OPTIMAL, tol=cm.tolerance,
+                          info=info)
 
     def solve(self, instance, **kw):
-        res = super().solve(instance, **kw)
-        sv = getattr(res, "_solver_value", None)
-        if sv is not None:
-            self.check_agreement(sv, res, tol_abs=res._tol)
-            if res.bound is not None and res.value is not None:
-                res.bound = min(res.bound, res.value)
-        return res
+        return self.finish(super().solve(instance, **kw))
 
 
 class BruteForcePlanner(ExactPlanner):
@@ -356,6 +509,11 @@ class BruteForcePlanner(ExactPlanner):
 def explain_infeasible(sg: StageGraph, ctx: SolveContext) -> str:
     """Why no plan of the space is feasible, in terms a user can act on."""
     inst = sg.instance
+    if sg.upper is not None or any(c is not None for c in (d.memory_bytes for d in inst.devices)):
+        try:  # the whole space, arcs that overflow a cap included: they say what would fit
+            sg = build_stage_graph(inst, max_arcs=1_000_000)
+        except (PlannerError, TimeoutError):
+            pass
     msgs = []
     n_layers = len(inst.graph.layers)
     caps = [dev.memory_bytes if inst.constraints.memory else None for dev in inst.devices]

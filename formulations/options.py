@@ -1,0 +1,99 @@
+"""Stage options: what one stage of a plan can be, and their device-free groups.
+
+A *stage option* is layers ``first..last``, an axis, the part ranges and the device of each
+part. Options that differ only in their devices share their geometry (what each part computes,
+reads and owns): a ``StageGroup`` holds that geometry once, with the per-device compute times
+of every device assignment as an array, so the enumeration and the bounds price it once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import permutations
+
+import numpy as np
+
+from milp_planner.evaluator import Pricer
+from milp_planner.geometry import PartGeometry
+from milp_planner.instance import Instance
+from milp_planner.plan import Part, Stage
+from milp_planner.space import cut_vectors, ranges_from_cuts, stage_extent
+
+
+@dataclass(frozen=True)
+class StageOption:
+    """One stage: layers first..last, an axis, part ranges and the device of each part."""
+
+    first: int
+    last: int
+    axis: str
+    ranges: tuple  # one (start, stop) per part, or (None,) for axis none
+    devices: tuple[int, ...]
+
+    def to_stage(self, names: list[str]) -> Stage:
+        if self.axis == "none":
+            return Stage(self.first, self.last, "none", (Part(names[self.devices[0]]),))
+        return Stage(self.first, self.last, self.axis,
+                     tuple(Part(names[d], r) for d, r in zip(self.devices, self.ranges)))
+
+
+def _layouts(instance: Instance, first: int, last: int):
+    """(axis, ranges) of every part layout of stage first..last in the search space."""
+    g = instance.graph
+    sp = instance.search
+    n_dev = len(instance.devices)
+    yield "none", (None,)
+    kmax = min(sp.max_parts, n_dev)
+    axes = []
+    if "rows" in sp.axes and all(g.layers[i].row_splittable for i in range(first, last + 1)):
+        axes.append("rows")
+    if "channels" in sp.axes and first == last and g.layers[first].channel_splittable:
+        axes.append("channels")
+    for axis in axes:
+        n = stage_extent(instance, last, axis)
+        for k in range(2, kmax + 1):
+            for cuts in cut_vectors(instance, n, k):
+                yield axis, tuple(ranges_from_cuts(cuts, n))
+
+
+def stage_options(instance: Instance, first: int, last: int) -> list[StageOption]:
+    """Every stage option on layers first..last inside the instance's search space."""
+    devs = range(len(instance.devices))
+    return [StageOption(first, last, axis, ranges, assign)
+            for axis, ranges in _layouts(instance, first, last)
+            for assign in permutations(devs, len(ranges))]
+
+
+@dataclass
+class StageGroup:
+    """The options of one stage layout: same layers, axis and ranges, every device assignment."""
+
+    first: int
+    last: int
+    axis: str
+    ranges: tuple
+    geos: list[PartGeometry]  # one per part
+    perms: list[tuple[int, ...]]  # the device of each part, one tuple per option
+    comp: np.ndarray  # (options, parts): compute seconds of each part on its device
+    weights: tuple[int, ...]  # weight bytes of each part (device-free)
+    computed: tuple[int, ...]  # bytes each part computes in the stage
+
+    def option(self, p: int) -> StageOption:
+        return StageOption(self.first, self.last, self.axis, self.ranges, self.perms[p])
+
+
+def stage_groups(instance: Instance, pr: Pricer, first: int, last: int) -> list[StageGroup]:
+    """The options of stage first..last, grouped by layout, with their prices."""
+    n_dev = len(instance.devices)
+    out = []
+    for axis, ranges in _layouts(instance, first, last):
+        geos = pr.geometry.parts(first, last, axis, list(ranges))
+        k = len(ranges)
+        perms = list(permutations(range(n_dev), k))
+        per_dev = np.array([[pr.compute_time(d, part) for part in geos] for d in range(n_dev)])
+        idx = np.array(perms, dtype=np.int64)
+        comp = per_dev[idx, np.arange(k)[None, :]]
+        weights = tuple(sum(pr.weight_bytes(part, axis).values()) for part in geos)
+        computed = tuple(pr.computed_bytes(part) for part in geos)
+        out.append(StageGroup(first, last, axis, ranges, geos, perms, comp, weights, computed))
+    return out
