@@ -1,0 +1,84 @@
+"""The layout relaxation and the bounded enumeration never lose a plan within the bound.
+
+A wrong bound would make the exact planners certify a plan that is not optimal, so the
+bounded graph is compared arc by arc with the whole space on tiny instances, including a
+three-device one where device assignments, capacity cuts and residual skips all matter.
+"""
+
+import math
+
+import pytest
+from builders import chain_graph, device, make_instance, residual_graph
+from test_exact import CASES
+
+from formulations.dp import arc_cost, prefix_suffix, shortest_path, terminal_cost
+from formulations.relaxation import layout_bounds
+from formulations.stagegraph import build_stage_graph
+from milp_planner.instance import SearchSpace
+
+
+def three_devices(graph, medium="switched", fusion=2):
+    devs = [device("a", 1000, "0.01", power=(2, 1, 1)), device("b", 2500, "0.02", power=(4, 1, 2)),
+            device("c", 1700, "0.005", power=(3, 2, 1))]
+    bw = [[0, 100.0, 40.0], [250.0, 0, 80.0], [60.0, 120.0, 0]]
+    return make_instance(graph, devs, bw=bw, lat=0.05, medium=medium, source=0, sink=2,
+                         search=SearchSpace(fusion, 3, ("equal", "capacity"), ("rows", "channels")))
+
+
+ALL = dict(CASES)
+ALL["chain-3dev"] = lambda: three_devices(chain_graph(4))
+ALL["residual-3dev-shared"] = lambda: three_devices(residual_graph(), medium="shared", fusion=1)
+
+
+SLOW = {"residual-3dev-shared"}  # ~30 s each: in the slow selection (CI runs it)
+CASE_PARAMS = [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c for c in sorted(ALL)]
+
+
+def arc_keys(sg, keep=None):
+    return {(sg.nodes[a.tail], a.option, sg.nodes[a.head]) for i, a in enumerate(sg.arcs)
+            if keep is None or i in keep}
+
+
+@pytest.mark.parametrize("objective", ["latency", "energy"])
+@pytest.mark.parametrize("case", CASE_PARAMS)
+def test_bounded_graph_holds_every_arc_of_every_plan_within_the_bound(case, objective):
+    inst = ALL[case]()
+    full = build_stage_graph(inst)
+    cost, term = arc_cost(full, objective), terminal_cost(full, objective)
+    _, opt = shortest_path(full, objective)
+    pre, suf = prefix_suffix(full, cost, term)
+    bounds = layout_bounds(inst, objective)
+    assert float(bounds.to_go[0].min()) <= opt * (1 + 1e-9)
+    for factor in (1.0, 1.02, 1.2, 2.0):
+        upper = opt * factor
+        sg = build_stage_graph(inst, objective=objective, upper=upper, bounds=bounds)
+        within = {i for i, a in enumerate(full.arcs) if pre[a.tail] + cost[i] + suf[a.head] <= upper * (1 + 1e-9)}
+        assert arc_keys(full, within) <= arc_keys(sg)
+        _, value = shortest_path(sg, objective)
+        assert value == pytest.approx(opt, rel=1e-9)
+        # every plan left out costs at least `outside`, which is beyond the bound
+        assert sg.outside >= upper * (1 - 1e-9)
+        left_out = [pre[a.tail] + cost[i] + suf[a.head] for i, a in enumerate(full.arcs) if i not in within]
+        if left_out and math.isfinite(sg.outside):
+            assert min(left_out) >= sg.outside * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("case", CASE_PARAMS)
+def test_bound_after_each_stage_never_exceeds_the_best_rest_of_the_plan(case):
+    """After every arc of the whole space, the relaxation's bound on what is left is at most
+    the exact best completion (the DP suffix)."""
+    inst = ALL[case]()
+    for objective in ("latency", "energy"):
+        bounds = layout_bounds(inst, objective)
+        full = build_stage_graph(inst, objective=objective, bounds=bounds)
+        # the arc's head class is fixed by its option; its bound on what is left must hold
+        cost = arc_cost(full, objective)
+        _, suf = prefix_suffix(full, cost, terminal_cost(full, objective))
+        index = {}
+        for key, tab in bounds.tables.items():
+            for oi in range(len(tab.group)):
+                index[tab.groups[tab.group[oi]].option(tab.perm[oi])] = (tab, oi)
+        for a in full.arcs:
+            tab, oi = index[a.option]
+            after = float(bounds.to_go[a.option.last + 1][tab.head[oi]])
+            assert after <= suf[a.head] * (1 + 1e-9) + 1e-12
