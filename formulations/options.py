@@ -10,14 +10,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import permutations
+from math import perm
 
 import numpy as np
 
+from milp_planner.errors import PlannerError
 from milp_planner.evaluator import Pricer
 from milp_planner.geometry import PartGeometry
 from milp_planner.instance import Instance
 from milp_planner.plan import Part, Stage
 from milp_planner.space import cut_vectors, ranges_from_cuts, stage_extent
+
+
+class SpaceTooLarge(PlannerError):
+    """The plan space (its stage options or its stage graph) exceeds a stated limit."""
 
 
 @dataclass(frozen=True)
@@ -82,11 +88,21 @@ class StageGroup:
         return StageOption(self.first, self.last, self.axis, self.ranges, self.perms[p])
 
 
-def stage_groups(instance: Instance, pr: Pricer, first: int, last: int) -> list[StageGroup]:
-    """The options of stage first..last, grouped by layout, with their prices."""
+def stage_groups(instance: Instance, pr: Pricer, first: int, last: int,
+                 max_options: int | None = None) -> list[StageGroup]:
+    """The options of stage first..last, grouped by layout, with their prices.
+
+    Raises ``SpaceTooLarge`` when the stage has more than ``max_options`` options."""
     n_dev = len(instance.devices)
+    layouts = list(_layouts(instance, first, last))
+    if max_options is not None:
+        count = sum(perm(n_dev, len(ranges)) for _, ranges in layouts)
+        if count > max_options:
+            raise SpaceTooLarge(
+                f"{instance.name}: stage {first}..{last} alone has {count} options (layouts x device "
+                f"orders); reduce search.max_parts or splits, or use a heuristic planner")
     out = []
-    for axis, ranges in _layouts(instance, first, last):
+    for axis, ranges in layouts:
         geos = pr.geometry.parts(first, last, axis, list(ranges))
         k = len(ranges)
         perms = list(permutations(range(n_dev), k))

@@ -111,8 +111,12 @@ def exit_class(group: StageGroup, last_read: dict[str, int]) -> tuple:
                  for t in tensors)
 
 
-def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None) -> LayoutBounds:
-    """The relaxation's classes, stage floors and cost-to-go bounds for ``objective``."""
+def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
+                  max_options: int = 200_000, deadline: float | None = None) -> LayoutBounds:
+    """The relaxation's classes, stage floors and cost-to-go bounds for ``objective``.
+
+    Raises ``SpaceTooLarge`` when one stage has more than ``max_options`` options and
+    ``TimeoutError`` past ``deadline`` (a ``time.perf_counter()`` value)."""
     t0 = time.perf_counter()
     pr = pr or pricer(instance)
     g = instance.graph
@@ -131,7 +135,9 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None) 
     raw = {}
     for b in range(n):
         for e in range(b, min(n, b + fl)):
-            groups = stage_groups(instance, pr, b, e)
+            if deadline is not None and time.perf_counter() > deadline:
+                raise TimeoutError("the time limit ran out while pricing the stage options")
+            groups = stage_groups(instance, pr, b, e, max_options)
             heads, gidx, pidx, f0 = [], [], [], []
             for gi, grp in enumerate(groups):
                 key = exit_class(grp, last_read)
@@ -146,6 +152,8 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None) 
     lb.tables = raw
 
     for b in range(1, n):
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeoutError("the time limit ran out while bounding the plan space")
         keys = list(lb.classes[b])
         for e in range(b, min(n, b + fl)):
             tab = raw[(b, e)]

@@ -32,12 +32,8 @@ from milp_planner.geometry import full_region, intersect_cells, union_cells
 from milp_planner.instance import Instance
 from milp_planner.plan import Plan
 
-from .options import StageOption, stage_options
+from .options import SpaceTooLarge, StageOption, stage_options
 from .relaxation import LayoutBounds, last_readers, layout_bounds
-
-
-class SpaceTooLarge(PlannerError):
-    """The stage graph would exceed the arc limit it was built with."""
 
 
 @dataclass
@@ -170,7 +166,7 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
         raise ValueError(f"unknown objective {objective!r}")
     slack = (upper * (1 + 1e-9) + 1e-12) if bounded else math.inf
     if bounds is None or bounds.objective != objective:
-        bounds = layout_bounds(instance, objective, pr)
+        bounds = layout_bounds(instance, objective, pr, deadline=deadline)
     last_read = last_readers(instance)
     heads = {key: bounds.head_bound(*key) for key in bounds.tables}
     exact = _ExactFloors(instance, pr, objective)

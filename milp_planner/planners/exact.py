@@ -108,7 +108,12 @@ class ExactPlanner(Planner):
         deadline = None if ctx.time_limit is None else ctx.started + ctx.time_limit
         max_arcs = int(self.options.get("max_arcs", 3_000_000))
         bounded = obj in ADDITIVE and self.options.get("bounded", True)
-        bounds = layout_bounds(instance, obj) if bounded else None
+        try:
+            bounds = (layout_bounds(instance, obj, deadline=deadline,
+                                    max_options=int(self.options.get("max_options", 250_000)))
+                      if bounded else None)
+        except TimeoutError:
+            raise SpaceTimeout(None) from None
         lower = float(bounds.to_go[0].min()) if bounded else None
         upper = lower * (1 + float(self.options.get("delta", 0.0025))) if bounded else math.inf
         budget = int(self.options.get("round_budget", 60_000))  # arcs one round may enumerate
@@ -207,10 +212,10 @@ class ExactPlanner(Planner):
             info.update(ex.found.info)
         if ex.infeasible:
             return PlanResult(self.name, "infeasible", obj, info=info, message=explain_infeasible(sg, ctx))
-        if ex.found is None:
-            status = "timeout" if ex.timed_out else "infeasible"
+        if ex.found is None:  # nothing proven infeasible, but no plan either
+            status = "timeout" if ex.timed_out else "error"
             msg = ("no plan found within the time limit" if ex.timed_out
-                   else "no plan meeting the caps found: " + explain_infeasible(sg, ctx))
+                   else f"{self.name} found no plan that meets the caps; use --planner milp or cpsat")
             return PlanResult(self.name, status, obj, bound=ex.lower, info=info, message=msg)
         found = ex.found
         plan = sg.plan_from_arcs(found.arcs)
