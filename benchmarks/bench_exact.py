@@ -7,7 +7,9 @@ Each configuration runs in its own process with a wall-clock budget; results go 
         --fusion 1,2,3,4 --splits equal "equal,capacity" "equal,grid:8" --time-limit 60
 
 ``--caps binding`` sets every device's memory to 90 % of the largest per-device memory of the
-unconstrained latency optimum, so the caps bind.
+unconstrained latency optimum (found by ``dp`` within the same time limit), so the caps bind.
+``--append`` adds rows to ``--out``; the table goes to ``<out>-table.md`` and the narrative with
+the conclusions is ``benchmarks/results/exact.md`` (written by hand from the table).
 """
 
 from __future__ import annotations
