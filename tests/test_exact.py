@@ -105,3 +105,14 @@ def test_time_limit_returns_a_plan_not_a_crash():
     inst = replace(tiny(chain_graph(3)), objective="period")
     res = get_planner("milp").solve(inst, time_limit=1.0)
     assert res.plan is not None and res.status in ("optimal", "timeout")
+
+
+@pytest.mark.parametrize("planner", ["milp", "cpsat", "dp"])
+def test_time_limit_before_any_plan_returns_a_single_device_plan_and_the_bound(planner):
+    inst = tiny(chain_graph(3))
+    res = get_planner(planner).solve(inst, objective="latency", time_limit=1e-9)
+    assert res.status == "timeout"
+    assert res.plan is not None and len({p.device for s in res.plan.stages for p in s.parts}) == 1
+    assert res.value == pytest.approx(evaluate(res.plan, inst).latency_s)
+    exact = get_planner("bruteforce").solve(inst, objective="latency").value
+    assert res.bound is None or res.bound <= exact * (1 + 1e-9)

@@ -76,11 +76,25 @@ class ExactPlanner(Planner):
         try:
             return super().solve(instance, **kw)
         except SpaceTimeout as err:
-            res = PlanResult(self.name, "timeout", kw.get("objective") or instance.objective, bound=err.lower,
-                             message=f"{err}; no plan yet" + (f"; proven bound {err.lower:.6g}" if err.lower else ""))
+            return self._fallback(instance, err, kw)
+
+    def _fallback(self, instance, err: SpaceTimeout, kw) -> PlanResult:
+        """Out of time before any plan: the best single-device plan (always in the space),
+        with the bound proven so far."""
+        from . import get_planner
+
+        obj = kw.get("objective") or instance.objective
+        proven = f"; proven bound {err.lower:.6g}" if err.lower else ""
+        res = get_planner("offload").solve(instance, objective=obj)
+        if res.plan is not None and res.metrics is not None and res.metrics.feasible and res.metrics.in_space:
+            res.planner, res.status, res.info = self.name, "timeout", {}
+            res.message = f"{err}; returning the best single-device plan{proven}"
+        else:
+            res = PlanResult(self.name, "timeout", obj, message=f"{err}; no plan yet{proven}")
             res.space = space_dict(instance)
-            res.solve_time_s = kw.get("time_limit") or 0.0
-            return res
+        res.bound = err.lower if err.lower is None or res.value is None else min(err.lower, res.value)
+        res.solve_time_s = kw.get("time_limit") or 0.0
+        return res
 
     def solve_graph(self, sg: StageGraph, ctx: SolveContext, ws) -> GraphSolve:
         """Solve one stage graph; ``ws`` is the DP warm start. This base version is the DP:
