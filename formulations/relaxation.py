@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from milp_planner.evaluator import Pricer, pricer
+from milp_planner.graph import last_readers
 from milp_planner.instance import Instance
 
 from .options import StageGroup, stage_groups
@@ -90,19 +91,6 @@ class LayoutBounds:
         return self.to_go[last + 1][t.head]
 
 
-def last_readers(instance: Instance) -> dict[str, int]:
-    """The last layer reading each tensor (graph outputs: the number of layers, i.e. never freed)."""
-    g = instance.graph
-    n = len(g.layers)
-    last_read: dict[str, int] = {}
-    for layer in g.layers:
-        for t in layer.inputs:
-            last_read[t] = max(last_read.get(t, -1), layer.id)
-    for t in g.outputs:
-        last_read[t] = n
-    return last_read
-
-
 def exit_class(group: StageGroup, last_read: dict[str, int]) -> tuple:
     """The layout class the group leaves: its live exit tensors' regions, devices dropped."""
     e = group.last
@@ -123,7 +111,7 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
     n = len(g.layers)
     n_dev = len(instance.devices)
     fl = max(1, instance.search.fusion_limit)
-    last_read = last_readers(instance)
+    last_read = last_readers(instance.graph)
     lb = LayoutBounds(objective, n)
     lb.classes = [dict() for _ in range(n + 1)]
     lb.classes[0][()] = 0  # the source's state is priced exactly; its class is empty
@@ -210,11 +198,7 @@ def _received(pr: Pricer, grp: StageGroup, keys: list[tuple], links) -> np.ndarr
             reg = geo.needs.get(t)
             if reg is not None and not reg.empty:
                 need[j] = (reg.rows[0], reg.rows[1], reg.chans[0], reg.chans[1])
-        orow = np.clip(np.minimum(own[:, :, None, 1], need[None, None, :, 1])
-                       - np.maximum(own[:, :, None, 0], need[None, None, :, 0]), 0, None)
-        ocol = np.clip(np.minimum(own[:, :, None, 3], need[None, None, :, 3])
-                       - np.maximum(own[:, :, None, 2], need[None, None, :, 2]), 0, None)
-        nbytes = (orow * ocol * pr.unit_bytes(t)).astype(float)  # (classes, regions, parts)
+        nbytes = (box_cells(own[:, :, None, :], need[None, None, :, :]) * pr.unit_bytes(t)).astype(float)  # (classes, regions, parts)
         msgs = (nbytes > 0).astype(float)
         rest_b = nbytes.sum(axis=1, keepdims=True) - nbytes  # everything but the claimed region
         rest_m = msgs.sum(axis=1, keepdims=True) - msgs
@@ -222,6 +206,13 @@ def _received(pr: Pricer, grp: StageGroup, keys: list[tuple], links) -> np.ndarr
         t_recv = rest_b[:, :, None, :] * inv_bw[None, None, :, None] + rest_m[:, :, None, :] * lat[None, None, :, None]
         out[rows] += t_recv.min(axis=1)
     return out
+
+
+def box_cells(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cells in the intersection of boxes (r0, r1, c0, c1) on the last axis, broadcast."""
+    rows = np.clip(np.minimum(a[..., 1], b[..., 1]) - np.maximum(a[..., 0], b[..., 0]), 0, None)
+    cols = np.clip(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 2], b[..., 2]), 0, None)
+    return rows * cols
 
 
 def _floor(objective: str, grp: StageGroup, recv: np.ndarray | None, power, n_dev: int, shared: bool) -> np.ndarray:
@@ -247,14 +238,3 @@ def _floor(objective: str, grp: StageGroup, recv: np.ndarray | None, power, n_de
     else:
         raise ValueError(f"unknown objective {objective!r}")
     return out if recv is not None else out[0]
-
-
-def lower_bound(lb: LayoutBounds, source_arcs) -> float:
-    """The bound on the whole plan: the best exact first stage plus the bound after it.
-
-    ``source_arcs`` yields ``(first, last, option index, exact floor)`` for stages leaving
-    the source state."""
-    best = math.inf
-    for b, e, oi, f in source_arcs:
-        best = min(best, f + float(lb.to_go[e + 1][lb.tables[(b, e)].head[oi]]))
-    return best

@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from milp_planner.errors import PlannerError
 from milp_planner.evaluator import EXTERNAL, Pricer, pricer
+from milp_planner.graph import last_readers
 from milp_planner.geometry import full_region, intersect_cells, union_cells
 from milp_planner.instance import Instance
 from milp_planner.plan import Plan
 
 from .options import SpaceTooLarge, StageOption, stage_options
-from .relaxation import LayoutBounds, last_readers, layout_bounds
+from .relaxation import LayoutBounds, box_cells, layout_bounds
 
 
 @dataclass
@@ -167,7 +167,7 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     slack = (upper * (1 + 1e-9) + 1e-12) if bounded else math.inf
     if bounds is None or bounds.objective != objective:
         bounds = layout_bounds(instance, objective, pr, deadline=deadline)
-    last_read = last_readers(instance)
+    last_read = last_readers(g)
     heads = {key: bounds.head_bound(*key) for key in bounds.tables}
     exact = _ExactFloors(instance, pr, objective)
 
@@ -349,11 +349,8 @@ class _ExactFloors:
                 continue
             ids = [o for o, _ in lst]
             own = np.array([(r.rows[0], r.rows[1], r.chans[0], r.chans[1]) for _, r in lst], dtype=np.int64)
-            rows = np.clip(np.minimum(need[:, :, None, 1], own[None, None, :, 1])
-                           - np.maximum(need[:, :, None, 0], own[None, None, :, 0]), 0, None)
-            cols = np.clip(np.minimum(need[:, :, None, 3], own[None, None, :, 3])
-                           - np.maximum(need[:, :, None, 2], own[None, None, :, 2]), 0, None)
-            nbytes = (rows * cols * self.pr.unit_bytes(t)).astype(float)  # (groups, parts, owners)
+            nbytes = (box_cells(need[:, :, None, :], own[None, None, :, :])
+                      * self.pr.unit_bytes(t)).astype(float)  # (groups, parts, owners)
             inv_bw = np.array([self.inv_bw[o] for o in ids])  # (owners, devices)
             lat = np.array([self.lat[o] for o in ids])
             tt = nbytes[..., None] * inv_bw[None, None] + (nbytes > 0)[..., None] * lat[None, None]

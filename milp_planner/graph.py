@@ -193,3 +193,16 @@ def input_rows(dep: RowDep, out: Interval, h_in: int) -> Interval:
         hi = (b - 1 + p) // s + 1
         return clip((lo, hi), h_in)
     return (0, h_in)
+
+
+def last_readers(graph: LayerGraph) -> dict[str, int]:
+    """The id of the last layer reading each tensor; graph outputs map to the number of layers
+    (they stay live until the gather)."""
+    n = len(graph.layers)
+    last: dict[str, int] = {}
+    for layer in graph.layers:
+        for t in layer.inputs:
+            last[t] = max(last.get(t, -1), layer.id)
+    for t in graph.outputs:
+        last[t] = n
+    return last

@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from builders import chain_graph, device, fc_graph, make_instance, residual_graph
+from builders import chain_graph
+from test_exact import CASES, tiny
 
 from milp_planner.cli import main
 from milp_planner.evaluator import evaluate
-from milp_planner.instance import SearchSpace
-from milp_planner.network import Endpoint
 from milp_planner.plan import Plan, check_plan
 from milp_planner.planners import get_planner, planner_class, planner_names
 
@@ -23,22 +22,6 @@ OBJECTIVES = ["latency", "energy", "period", "memory"]
 REL = 1e-9
 
 
-def tiny(graph, medium="switched", memory=(None, None), external=False, splits=("equal",)):
-    """The two-device instances of test_exact.py (same numbers)."""
-    devs = [device("a", 1000, "0.01", memory=memory[0], power=(2, 1, 1)),
-            device("b", 2500, "0.02", memory=memory[1], power=(4, 1, 2))]
-    src = Endpoint(None, (150.0, 90.0), (0.02, 0.03)) if external else 0
-    snk = Endpoint(None, (120.0, 60.0), (0.01, 0.01)) if external else 1
-    return make_instance(graph, devs, bw=[[0, 100.0], [250.0, 0]], lat=0.05, medium=medium, source=src,
-                         sink=snk, search=SearchSpace(2, 2, splits, ("rows", "channels")))
-
-
-CASES = {
-    "chain": lambda: tiny(chain_graph(3)),
-    "residual-shared": lambda: tiny(residual_graph(), medium="shared"),
-    "residual-external": lambda: tiny(residual_graph(), external=True, splits=("equal", "capacity")),
-    "fc": lambda: tiny(fc_graph()),
-}
 
 _milp_cache: dict = {}
 

@@ -25,6 +25,7 @@ from typing import Callable, Iterable, Sequence
 
 from ..evaluator import EXTERNAL, Metrics, evaluate, pricer
 from ..geometry import full_region, intersect_cells
+from ..graph import last_readers
 from ..instance import Instance
 from ..plan import Part, Plan, Stage
 from ..space import capacity_cuts, equal_cuts, ranges_from_cuts, speeds, whole_model_time
@@ -271,12 +272,7 @@ class Sim:
         g = self.g
         n = len(g.layers)
         # live[b]: tensors needed at or after boundary b (before layer b), in a fixed order
-        last_use: dict[str, int] = {}
-        for layer in g.layers:
-            for t in layer.inputs:
-                last_use[t] = max(last_use.get(t, -1), layer.id)
-        for t in g.outputs:
-            last_use[t] = n
+        last_use = last_readers(g)
         produced_at = {t: -1 for t in g.inputs}
         for layer in g.layers:
             produced_at[layer.output] = layer.id

@@ -174,13 +174,10 @@ class ExactPlanner(Planner):
                 found = solve_graph(sg, ctx, ws)
                 if found.arcs and (best is None or found.value < best[1].value):
                     best = (sg, found)
-                in_graph = 0.0 if found.infeasible else found.bound
-                if in_graph is None:
-                    in_graph = -math.inf
-                if found.infeasible:
-                    in_graph = math.inf
+                # what the graph proves: nothing in it (infeasible), or the solver's bound
+                in_graph = math.inf if found.infeasible else found.bound
                 if bounded:
-                    lower = max(lower, min(sg.outside, in_graph))
+                    lower = max(lower, min(sg.outside, in_graph if in_graph is not None else -math.inf))
                 elif in_graph is not None and math.isfinite(in_graph):
                     lower = in_graph
                 if found.optimal and found.arcs and found.value <= sg.outside * (1 + 1e-9):
