@@ -168,7 +168,6 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     if bounds is None or bounds.objective != objective:
         bounds = layout_bounds(instance, objective, pr, deadline=deadline)
     last_read = last_readers(g)
-    heads = {key: bounds.head_bound(*key) for key in bounds.tables}
     exact = _ExactFloors(instance, pr, objective)
 
     src = EXTERNAL if net.source.external else net.source.device
@@ -176,19 +175,17 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     node_id: dict[tuple, int] = {}
     nodes: list[tuple[int, tuple]] = []
     prefix: list[float] = []
-    klass: list[int] = []  # node -> its layout class at its boundary (from the arc that made it)
 
-    def node(b, state, cls):
+    def node(b, state):
         key = (b, state)
         i = node_id.get(key)
         if i is None:
             i = node_id[key] = len(nodes)
             nodes.append(key)
             prefix.append(math.inf)
-            klass.append(cls)
         return i
 
-    source = node(0, init, -1)
+    source = node(0, init)
     prefix[source] = 0.0
     outside = math.inf  # the least floor of a partial plan pruned
     frontier: dict[int, set[int]] = {0: {source}}
@@ -202,7 +199,7 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
             gs = prefix[nid]
             for e in range(b, min(n, b + fl)):
                 tab = bounds.tables[(b, e)]
-                after = heads[(b, e)]
+                after = bounds.after(b, e, owners)
                 est = exact.floors(tab, owners)
                 total = gs + est * (1 - 1e-9) + after
                 fits = total <= slack
@@ -222,7 +219,7 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
                     if gs + f + after[oi] > slack:
                         outside = min(outside, gs + f + after[oi])
                         continue
-                    head = node(e + 1, new_state, int(tab.head[oi]))
+                    head = node(e + 1, new_state)
                     if gs + f < prefix[head]:
                         prefix[head] = gs + f
                     frontier.setdefault(e + 1, set()).add(head)

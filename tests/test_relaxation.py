@@ -80,5 +80,6 @@ def test_bound_after_each_stage_never_exceeds_the_best_rest_of_the_plan(case):
                 index[tab.groups[tab.group[oi]].option(tab.perm[oi])] = (tab, oi)
         for a in full.arcs:
             tab, oi = index[a.option]
-            after = float(bounds.to_go[a.option.last + 1][tab.head[oi]])
+            after = float(bounds.after(a.option.first, a.option.last, dict(full.nodes[a.tail][1]))[oi])
             assert after <= suf[a.head] * (1 + 1e-9) + 1e-12
+        assert bounds.misses == 0

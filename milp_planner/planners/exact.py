@@ -49,7 +49,8 @@ class GraphSolve:
     value: float | None  # its objective as the solver computes it
     bound: float | None  # proven lower bound over the graph
     optimal: bool  # proven optimal over the graph
-    infeasible: bool = False  # proven: no plan of the graph meets the caps
+    infeasible: bool = False  # proven: no plan of the graph meets the caps (at or below ``cutoff``)
+    cutoff: float | None = None  # the solve looked only at plans no worse than this
     stopped: bool = False  # the solver ran out of time
     tol: float = 0.0  # absolute tolerance of the solver's integer scaling
     info: dict = field(default_factory=dict)
@@ -175,16 +176,18 @@ class ExactPlanner(Planner):
                 if found.arcs and (best is None or found.value < best[1].value):
                     best = (sg, found)
                 # what the graph proves: nothing in it (infeasible), or the solver's bound
-                in_graph = math.inf if found.infeasible else found.bound
+                in_graph = (found.cutoff if found.cutoff is not None else math.inf) if found.infeasible else found.bound
+                if found.cutoff is not None and in_graph is not None:
+                    in_graph = min(in_graph, found.cutoff)  # plans above the cutoff were not looked at
                 if bounded:
                     lower = max(lower, min(sg.outside, in_graph if in_graph is not None else -math.inf))
                 elif in_graph is not None and math.isfinite(in_graph):
                     lower = in_graph
                 if found.optimal and found.arcs and found.value <= sg.outside * (1 + 1e-9):
                     return Exploration(sg, found, lower if bounded else found.bound, True, rounds, build_s)
-                if found.infeasible and whole:
+                if found.infeasible and whole and found.cutoff is None:
                     return Exploration(sg, None, lower, False, rounds, build_s, infeasible=True)
-                if found.stopped or whole or not (found.optimal or found.infeasible):
+                if found.stopped or (whole and found.cutoff is None) or not (found.optimal or found.infeasible):
                     # out of time, the whole space solved, or a solver that cannot prove more
                     return Exploration(best[0] if best else sg, best[1] if best else None, lower, False,
                                        rounds, build_s, timed_out=found.stopped)
@@ -321,6 +324,22 @@ def _overflows(arc, caps) -> bool:
     return any(cap is not None and arc.weights[d] + arc.working[d] > cap for d, cap in enumerate(caps))
 
 
+def _cutoff(sg: StageGraph, objective: str, ws) -> float | None:
+    """The value a solver of one round's graph needs to look below: the warm start's when it
+    meets the caps, else the round's bound (a plan above it is looked for in the next round,
+    which holds every plan up to a larger bound). None: look at every plan."""
+    if objective not in ADDITIVE:
+        return None
+    _, ws_value, _, ws_feasible = ws
+    partial = sg.upper is not None and math.isfinite(sg.outside)  # the round left plans out
+    cut = min(ws_value if ws_feasible else math.inf, sg.upper if partial else math.inf)
+    return cut if math.isfinite(cut) else None
+
+
+def _loose(v: float) -> float:
+    return v * (1 + 1e-9) + 1e-12
+
+
 def _pruned_arcs(sg: StageGraph, objective: str, upper: float | None) -> list[int]:
     """Arcs that can be part of a feasible plan no worse than ``upper``.
 
@@ -368,11 +387,12 @@ class MILPPlanner(ExactPlanner):
 
         obj = ctx.objective
         ws_arcs, ws_value, dp_bound, ws_feasible = ws
-        keep = None
-        if self.options.get("fix_arcs", True):
-            keep = _pruned_arcs(sg, obj, ws_value if ws_feasible else None)
+        cutoff = _cutoff(sg, obj, ws)
+        keep = _pruned_arcs(sg, obj, cutoff) if self.options.get("fix_arcs", True) else None
         ctx.report(phase="model", incumbent=ws_value if ws_feasible else None, bound=dp_bound, force=True)
         m = build_milp(sg, obj, arcs=keep)
+        if cutoff is not None:
+            m.cutoff = pyo.Constraint(expr=getattr(m, obj) <= _loose(cutoff))
         if ws_feasible:
             chosen = set(ws_arcs)
             for a in m.ARCS:
@@ -380,18 +400,17 @@ class MILPPlanner(ExactPlanner):
         name = self.options.get("solver", "appsi_highs")
         solver = pyo.SolverFactory(name)
         remaining = ctx.remaining()
+        kw = {}
         if name == "appsi_highs":
-            if remaining is not None:
-                solver.config.time_limit = max(1.0, remaining)
-            solver.config.stream_solver = bool(self.options.get("log", False))
+            # the legacy solve() resets the config from its arguments: pass them there
             solver.highs_options = {"threads": max(1, ctx.threads), "mip_rel_gap": 1e-7, "mip_abs_gap": 0.0}
-            if ws_feasible and solver.warm_start_capable():
-                solver.config.warmstart = True
-        results = solver.solve(m, load_solutions=False)
+            kw = {"timelimit": None if remaining is None else max(1.0, remaining),
+                  "tee": bool(self.options.get("log", False)), "warmstart": ws_feasible}
+        results = solver.solve(m, load_solutions=False, **kw)
         tc = str(results.solver.termination_condition)
         info = {"model_arcs": len(m.ARCS), "termination": tc}
         if tc in ("infeasible", "infeasibleOrUnbounded"):
-            return GraphSolve([], None, None, False, infeasible=True, info=info)
+            return GraphSolve([], None, None, False, infeasible=True, cutoff=cutoff, info=info)
         try:
             if name == "appsi_highs":
                 solver.load_vars()
@@ -435,10 +454,11 @@ class CPSATPlanner(ExactPlanner):
 
         obj = ctx.objective
         ws_arcs, ws_value, dp_bound, ws_feasible = ws
-        keep = None
-        if self.options.get("fix_arcs", True):
-            keep = _pruned_arcs(sg, obj, ws_value if ws_feasible else None)
+        cutoff = _cutoff(sg, obj, ws)
+        keep = _pruned_arcs(sg, obj, cutoff) if self.options.get("fix_arcs", True) else None
         cm = build_cpsat(sg, obj, arcs=keep)
+        if cutoff is not None:
+            cm.model.Add(getattr(cm, obj) <= math.ceil(_loose(cutoff) * cm.scale + (cm.n_layers + 1) * 0.5))
         if ws_feasible:
             chosen = set(ws_arcs)
             for a, var in cm.x.items():
@@ -459,7 +479,7 @@ class CPSATPlanner(ExactPlanner):
         status = solver.Solve(cm.model, Progress())
         info = {"model_arcs": len(cm.x), "status": solver.StatusName(status), "tolerance": cm.tolerance}
         if status == cp_model.INFEASIBLE:
-            return GraphSolve([], None, None, False, infeasible=True, info=info)
+            return GraphSolve([], None, None, False, infeasible=True, cutoff=cutoff, info=info)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return GraphSolve([], None, dp_bound, False, stopped=True, info=info)
         bound = max(0.0, solver.BestObjectiveBound() / cm.scale - cm.tolerance)
