@@ -58,7 +58,7 @@ def test_exact_planners_agree_with_brute_force(case, objective, planner):
     assert res.gap <= 1e-4
 
 
-@pytest.mark.parametrize("planner", ["milp", "cpsat", "bruteforce"])
+@pytest.mark.parametrize("planner", ["milp", "cpsat", "dp", "bruteforce"])
 def test_memory_caps_respected(planner):
     free = get_planner("bruteforce").solve(tiny(chain_graph(3)), objective="latency")
     need_a = free.metrics.memory_bytes["a"]
@@ -73,7 +73,7 @@ def test_memory_caps_respected(planner):
     assert res.value == pytest.approx(get_planner("bruteforce").solve(inst, objective="latency").value, rel=1e-6)
 
 
-@pytest.mark.parametrize("planner", ["milp", "cpsat", "bruteforce"])
+@pytest.mark.parametrize("planner", ["milp", "cpsat", "dp", "bruteforce"])
 def test_infeasible_memory_is_reported_with_a_reason(planner):
     inst = tiny(chain_graph(3), memory=(50, 50))
     res = get_planner(planner).solve(inst, objective="latency")
@@ -81,6 +81,26 @@ def test_infeasible_memory_is_reported_with_a_reason(planner):
     assert res.plan is None
     if planner != "bruteforce":
         assert "MB" in res.message and ("fits on no device" in res.message or "memory is too small" in res.message)
+
+
+@pytest.mark.parametrize("objective", ["latency", "energy"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_binding_memory_caps_every_exact_planner_agrees_with_brute_force(case, objective):
+    """Every device capped at 90 % of the largest memory of the uncapped optimum (as in the
+    exact benchmark): the DP's constrained search, the MILP and CP-SAT all find the capped
+    optimum brute force finds."""
+    free = brute(case, objective)
+    inst = CASES[case]()
+    cap = int(0.9 * max(free.metrics.memory_bytes.values()))
+    inst.devices = [replace(d, memory_bytes=cap) for d in inst.devices]
+    ref = get_planner("bruteforce").solve(inst, objective=objective)
+    for planner in ("dp", "milp", "cpsat"):
+        res = get_planner(planner).solve(inst, objective=objective)
+        assert res.status == ref.status, (planner, res.message)
+        if ref.status == "optimal":
+            tol = 1e-6 * ref.value + res.info.get("tolerance", 0.0)
+            assert res.value == pytest.approx(ref.value, abs=tol), planner
+            assert res.metrics.feasible
 
 
 def test_latency_cap_infeasible_explained():

@@ -18,10 +18,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
-from formulations.dp import ADDITIVE, arc_cost, prefix_suffix, shortest_path, terminal_cost
+from formulations.dp import (ADDITIVE, LabelLimit, arc_cost, capped_shortest_path, prefix_suffix, shortest_path,
+                             terminal_cost)
 from formulations.relaxation import layout_bounds
 from formulations.stagegraph import SpaceTooLarge, StageGraph, build_stage_graph, stage_options
 
@@ -54,6 +56,18 @@ class GraphSolve:
     stopped: bool = False  # the solver ran out of time
     tol: float = 0.0  # absolute tolerance of the solver's integer scaling
     info: dict = field(default_factory=dict)
+
+
+class WarmStart(NamedTuple):
+    """The DP's plan for one stage graph, its value, the DP bound (None: not a bound) and
+    whether the plan meets the caps; ``capped_exact``: it is the best plan within the memory
+    caps no worse than the round's bound, or there is none (``arcs`` empty)."""
+
+    arcs: list[int]
+    value: float
+    bound: float | None
+    feasible: bool
+    capped_exact: bool = False
 
 
 @dataclass
@@ -99,8 +113,13 @@ class ExactPlanner(Planner):
 
     def solve_graph(self, sg: StageGraph, ctx: SolveContext, ws) -> GraphSolve:
         """Solve one stage graph; ``ws`` is the DP warm start. This base version is the DP:
-        optimal over the graph when the DP's plan meets the caps."""
-        arcs, value, dp_bound, feasible = ws
+        optimal over the graph when the DP's plan meets the caps, or when the warm start is
+        the constrained search's (the best plan within the memory caps, or none)."""
+        arcs, value, dp_bound, feasible = ws[:4]
+        if ws.capped_exact:
+            if not feasible:
+                return GraphSolve([], None, None, False, infeasible=True, cutoff=_cutoff(sg, ctx.objective, ws))
+            return GraphSolve(arcs, value, value, True)
         if not feasible:
             return GraphSolve([], None, dp_bound, False)
         optimal = dp_bound is not None and value <= dp_bound * (1 + REL_TOL) + 1e-15
@@ -166,7 +185,7 @@ class ExactPlanner(Planner):
             done_upper = upper
             build_s += sg.build_time_s
             whole = not math.isfinite(sg.outside)  # nothing left out but plans that break a cap
-            ws = self.warm_start(sg, obj)
+            ws = self.warm_start(sg, obj, deadline)
             if ws[2] is None and not ws[0]:  # no plan within `upper`, caps aside
                 if whole:
                     return Exploration(sg, None, lower, False, rounds, build_s, infeasible=True)
@@ -257,13 +276,15 @@ class ExactPlanner(Planner):
                 res.bound = min(res.bound, res.value)
         return res
 
-    def warm_start(self, sg: StageGraph, objective: str):
-        """(arcs, their value under ``objective``, the DP bound or None, plan feasible?).
+    def warm_start(self, sg: StageGraph, objective: str, deadline: float | None = None) -> "WarmStart":
+        """A plan to start the solvers from, and the DP's bound.
 
         The DP runs without the caps, except that arcs which alone overflow a device's memory
         are dropped (no feasible plan contains them), so its value bounds additive objectives.
-        When its plan still breaks a cap, a few Lagrangian rounds price the overflowing
-        devices' memory into the arc costs to find a feasible plan for the warm start.
+        When its plan still breaks a memory cap, a resource-constrained shortest path finds the
+        best plan within the caps among those no worse than the round's bound (``capped_exact``:
+        that plan, or none, is exact); past its label budget or the deadline, a few Lagrangian
+        rounds price the overflowing devices' memory into the arc costs instead.
         """
         inst = sg.instance
         dp_obj = objective if objective in ADDITIVE else "latency"
@@ -274,12 +295,28 @@ class ExactPlanner(Planner):
         try:
             arcs, dp_value = shortest_path(sg, dp_obj, cost=cost, term=term)
         except (KeyError, ValueError):
-            return [], math.inf, None, False
+            return WarmStart([], math.inf, None, False)
         if not math.isfinite(dp_value):
-            return [], math.inf, None, False
+            return WarmStart([], math.inf, None, False)
         bound = dp_value if objective in ADDITIVE else None
         metrics = evaluate_stages(_stages(sg, arcs), inst)
         best = (arcs, metrics) if metrics.feasible else None
+        only_memory = inst.constraints.latency_s is None and inst.constraints.energy_j is None
+        if best is None and objective in ADDITIVE and only_memory and self.options.get("capped_search", True):
+            partial = sg.upper is not None and math.isfinite(sg.outside)
+            now = time.perf_counter()
+            # at most a third of the time left: the solvers need the rest if it gives up
+            until = None if deadline is None else now + max(0.0, deadline - now) / 3
+            try:
+                found = capped_shortest_path(sg, objective, caps, upper=sg.upper if partial else math.inf,
+                                             max_labels=int(self.options.get("max_labels", 200_000)),
+                                             deadline=until)
+            except LabelLimit:
+                found = False
+            if found is None:
+                return WarmStart([], math.inf, bound, False, capped_exact=True)
+            if found:
+                return WarmStart(found[0], found[1], bound, True, capped_exact=True)
         lam = [0.0] * len(inst.devices)
         scale = max(dp_value, 1e-12)
         for _ in range(int(self.options.get("lagrange_rounds", 12))):
@@ -296,8 +333,8 @@ class ExactPlanner(Planner):
             if metrics.feasible:
                 best = (arcs, metrics)
         if best is None:
-            return arcs, metrics.value(objective), bound, False
-        return best[0], best[1].value(objective), bound, True
+            return WarmStart(arcs, metrics.value(objective), bound, False)
+        return WarmStart(best[0], best[1].value(objective), bound, True)
 
     def check_agreement(self, solver_value: float, result: PlanResult, tol_abs: float = 0.0) -> None:
         ev = result.value
@@ -330,7 +367,7 @@ def _cutoff(sg: StageGraph, objective: str, ws) -> float | None:
     which holds every plan up to a larger bound). None: look at every plan."""
     if objective not in ADDITIVE:
         return None
-    _, ws_value, _, ws_feasible = ws
+    _, ws_value, _, ws_feasible = ws[:4]
     partial = sg.upper is not None and math.isfinite(sg.outside)  # the round left plans out
     cut = min(ws_value if ws_feasible else math.inf, sg.upper if partial else math.inf)
     return cut if math.isfinite(cut) else None
@@ -360,7 +397,8 @@ def _pruned_arcs(sg: StageGraph, objective: str, upper: float | None) -> list[in
 
 class DPPlanner(ExactPlanner):
     name = "dp"
-    description = "dynamic program over stage boundaries and tensor layouts (exact for latency/energy without caps)"
+    description = ("dynamic program over stage boundaries and tensor layouts (exact for latency/energy; "
+                   "with memory caps through a resource-constrained search within a label budget)")
     source = "this project (MODEL.md, lessons measured); shortest path over the stage graph"
 
     def stop_message(self, ex: Exploration) -> str:
@@ -386,7 +424,7 @@ class MILPPlanner(ExactPlanner):
         from formulations.milp import build_milp, objective_unscale, solution_arcs
 
         obj = ctx.objective
-        ws_arcs, ws_value, dp_bound, ws_feasible = ws
+        ws_arcs, ws_value, dp_bound, ws_feasible = ws[:4]
         cutoff = _cutoff(sg, obj, ws)
         keep = _pruned_arcs(sg, obj, cutoff) if self.options.get("fix_arcs", True) else None
         ctx.report(phase="model", incumbent=ws_value if ws_feasible else None, bound=dp_bound, force=True)
@@ -453,7 +491,7 @@ class CPSATPlanner(ExactPlanner):
         from formulations.cpsat import build_cpsat
 
         obj = ctx.objective
-        ws_arcs, ws_value, dp_bound, ws_feasible = ws
+        ws_arcs, ws_value, dp_bound, ws_feasible = ws[:4]
         cutoff = _cutoff(sg, obj, ws)
         keep = _pruned_arcs(sg, obj, cutoff) if self.options.get("fix_arcs", True) else None
         cm = build_cpsat(sg, obj, arcs=keep)

@@ -75,7 +75,7 @@ class LPRoundPlanner(ExactPlanner):
 
         obj = ctx.objective
         sg = self.stage_graph(instance, ctx)
-        ws_arcs, ws_value, dp_bound, ws_feasible = self.warm_start(sg, obj)
+        ws_arcs, ws_value, dp_bound, ws_feasible = self.warm_start(sg, obj)[:4]
         info = {"stage_arcs": len(sg.arcs)}
         if not ws_arcs:
             return PlanResult(self.name, "infeasible", obj, info=info, message=_explain(sg, ctx))
