@@ -188,7 +188,7 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
             nxt = lb.classes[e + 1]
             tab.merged = np.array([[nxt.setdefault(tuple(sorted(x + y)), len(nxt)) for y in carries]
                                    for x in tab.exits], dtype=np.int64).reshape(len(exits), -1)
-            tab.best = cost.least_floors(lb, pr, tab, list(read_keys))
+            tab.best = cost.least_floors(lb, pr, tab, list(read_keys), deadline)
             lb.tables[(b, e)] = tab
 
     lb.to_go = [None] * (n + 1)
@@ -211,6 +211,7 @@ class _FloorCost:
     """Floors of stage options from layout classes, vectorised over classes and options."""
 
     CHUNK = 1024  # read layouts priced at once
+    MAX_PAIRWISE = 5e7  # largest (options of an exit)^2 x values compared for dominance
 
     def __init__(self, instance: Instance, objective: str):
         if objective not in ("latency", "energy", "period", "memory"):
@@ -222,7 +223,8 @@ class _FloorCost:
         self.rx = np.array([float(d.power.rx_w) for d in instance.devices])
         self.inv_bw, self.lat = _incoming_links(instance)
 
-    def least_floors(self, lb: LayoutBounds, pr: Pricer, tab: StageTable, read_keys: list[tuple]) -> np.ndarray:
+    def least_floors(self, lb: LayoutBounds, pr: Pricer, tab: StageTable, read_keys: list[tuple],
+                     deadline: float | None = None) -> np.ndarray:
         """(read layouts, exits): the least floor of the stage's options with each exit, from
         each layout of the tensors the stage reads."""
         devices, comp, mask, needs = tab.flat()
@@ -266,10 +268,12 @@ class _FloorCost:
             (r1, w1), (r2, w2) = terms
             pairs = np.empty((r1.shape[1], r2.shape[1], len(tab.exits)))
             for l2 in range(r2.shape[1]):
+                _check(deadline)
                 pairs[:, l2][:, exit_ids] = least(r1 + r2[:, l2:l2 + 1])
             out[:] = pairs[w1, w2]
         else:
             for lo in range(0, P, self.CHUNK):
+                _check(deadline)
                 hi = min(P, lo + self.CHUNK)
                 rr = np.zeros((kmax, 1, len(keep)), dtype=np.float32)
                 for r_t, which in terms:
@@ -292,8 +296,8 @@ class _FloorCost:
         for s, stop in zip(starts, list(starts[1:]) + [O]):
             cols_x = order[s:stop]
             new_starts.append(len(keep))
-            if len(cols_x) == 1:
-                keep.append(cols_x[0])
+            if len(cols_x) == 1 or len(cols_x) ** 2 * v.shape[1] > self.MAX_PAIRWISE:
+                keep.extend(cols_x)  # nothing to compare, or too many options to compare pairwise
                 continue
             vx = v[cols_x]
             le = (vx[:, None, :] <= vx[None, :, :]).all(axis=2)  # le[i, j]: i nowhere worse than j
@@ -337,6 +341,11 @@ class _FloorCost:
             return (comp.sum(axis=1)[None] + rr.sum(axis=0)) / self.n_dev
         w = np.array([sum(groups[gi].weights) / self.n_dev for gi in group])
         return np.broadcast_to(w[None], rr.shape[1:])
+
+
+def _check(deadline: float | None) -> None:
+    if deadline is not None and time.perf_counter() > deadline:
+        raise TimeoutError("the time limit ran out while bounding the plan space")
 
 
 def _incoming_links(instance: Instance):
