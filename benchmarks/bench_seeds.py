@@ -54,6 +54,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 OUT = ROOT / "benchmarks" / "results" / "seeds"
 
@@ -272,20 +273,14 @@ def git_state() -> dict:
 
 
 def machine() -> dict:
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    """``bench_exact.machine()`` with the platform, the time and the load at the start."""
+    from bench_exact import machine as base
+
     try:
         load = os.getloadavg()
     except OSError:
         load = None
-    return {"nproc": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
-            "platform": platform.platform(), "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+    return {**base(), "platform": platform.platform(), "date": time.strftime("%Y-%m-%d %H:%M %Z"),
             "loadavg_at_start": load}
 
 
