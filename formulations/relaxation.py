@@ -164,8 +164,7 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
     for b in range(n):
         keys = list(lb.classes[b])
         for e in range(b, min(n, b + fl)):
-            if deadline is not None and time.perf_counter() > deadline:
-                raise TimeoutError("the time limit ran out while bounding the plan space")
+            _check(deadline)
             groups = stage_groups(instance, pr, b, e, max_options)
             exits: dict[tuple, int] = {}
             heads, gidx, pidx = [], [], []
