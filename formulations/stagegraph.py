@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -133,7 +133,7 @@ def terminal_floor(term: "Terminal", objective: str, n_dev: int) -> float:
 def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=None,
                       deadline: float | None = None, *, objective: str = "latency",
                       upper: float | None = None, drop_overflow: bool = False,
-                      bounds: LayoutBounds | None = None) -> StageGraph:
+                      bounds: LayoutBounds | None = None, memo: dict | None = None) -> StageGraph:
     """The plan space of ``instance`` as a ``StageGraph``.
 
     Without ``upper`` the whole space is enumerated. With ``upper`` (a value of ``objective``
@@ -145,7 +145,9 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     (``formulations.relaxation``: a floor for each stage option from the state's class and a
     bound on what is left after it), then a backward pass that prunes with the exact best
     suffix. ``drop_overflow`` leaves out arcs that alone overflow a device's memory cap (no
-    feasible plan contains them).
+    feasible plan contains them). ``memo``: a dict kept across calls on the same instance,
+    objective and ``bounds`` (the rounds of the exact planners), which remembers every priced
+    arc so that a round with a larger ``upper`` prices only the new ones.
 
     Raises ``SpaceTooLarge`` (a ``PlannerError``) when the graph would exceed ``max_arcs`` (the space is too large
     to enumerate; shrink ``search`` or give a tighter ``upper``).
@@ -192,32 +194,47 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     arcs: list[Arc] = []
     floors: list[float] = []
 
+    memo = {} if memo is None else memo
     for b in range(n):
         for nid in sorted(frontier.get(b, ()), key=lambda i: prefix[i]):
             _, state = nodes[nid]
             owners = dict(state)
+            priced = memo.setdefault((b, state), {})
             gs = prefix[nid]
             for e in range(b, min(n, b + fl)):
                 tab = bounds.tables[(b, e)]
-                after = bounds.after(b, e, owners)
-                est = exact.floors(tab, owners)
-                total = gs + est * (1 - 1e-9) + after
-                fits = total <= slack
-                if not fits.all():
-                    outside = min(outside, float(total[~fits].min()))
-                for oi in np.flatnonzero(fits):
-                    grp = tab.groups[tab.group[oi]]
-                    p = tab.perm[oi]
-                    opt = grp.option(p)
-                    comp = tuple(grp.comp[p])
-                    arc, new_state = _arc(pr, instance, opt, grp.geos, comp, grp.weights, grp.computed, owners,
-                                          last_read, power, n_dev)
+                need = slack - gs  # the options whose floor with what is left fits
+                near = priced.get(e)  # int keys: the options near the bound; (e, option): priced arcs
+                if near is None or need > near[2]:
+                    after = bounds.after(b, e, owners)
+                    v = exact.floors(tab, owners) * (1 - 1e-9) + after
+                    # the options a bound up to 1 % larger would look at, sorted (for later rounds)
+                    thr = need + 0.01 * slack if bounded else math.inf
+                    idx = np.flatnonzero(v <= thr)
+                    idx = idx[np.argsort(v[idx], kind="stable")]
+                    rest = v[v > thr]
+                    near = (v[idx], idx, thr, after[idx], float(rest.min()) if len(rest) else math.inf)
+                    if bounded:
+                        priced[e] = near
+                vals, idx, thr, after_of, beyond = near
+                k = int(np.searchsorted(vals, need, side="right"))
+                if k < len(vals) or math.isfinite(beyond):
+                    outside = min(outside, gs + (float(vals[k]) if k < len(vals) else beyond))
+                for oi, after_oi in zip(idx[:k].tolist(), after_of[:k].tolist()):
+                    hit = priced.get((e, oi))
+                    if hit is None:
+                        grp = tab.groups[tab.group[oi]]
+                        p = tab.perm[oi]
+                        hit = priced[(e, oi)] = _arc(pr, instance, grp.option(p), grp.geos, tuple(grp.comp[p]),
+                                                     grp.weights, grp.computed, owners, last_read, power, n_dev)
+                    arc, new_state = hit
+                    arc = replace(arc)
                     if check_caps and any(c is not None and arc.weights[d] + arc.working[d] > c
                                           for d, c in enumerate(caps)):
                         continue
                     f = arc_floor(arc, objective, n_dev)
-                    if gs + f + after[oi] > slack:
-                        outside = min(outside, gs + f + after[oi])
+                    if gs + f + after_oi > slack:
+                        outside = min(outside, gs + f + after_oi)
                         continue
                     head = node(e + 1, new_state)
                     if gs + f < prefix[head]:

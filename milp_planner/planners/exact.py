@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from formulations.dp import (ADDITIVE, LabelLimit, arc_cost, capped_shortest_path, prefix_suffix, shortest_path,
-                             terminal_cost)
+from formulations.caps import Fixing, LabelLimit, capped_shortest_path, lagrangian_fixing
+from formulations.dp import ADDITIVE, arc_cost, prefix_suffix, shortest_path, terminal_cost
 from formulations.relaxation import layout_bounds
 from formulations.stagegraph import SpaceTooLarge, StageGraph, build_stage_graph, stage_options
 
@@ -61,13 +61,15 @@ class GraphSolve:
 class WarmStart(NamedTuple):
     """The DP's plan for one stage graph, its value, the DP bound (None: not a bound) and
     whether the plan meets the caps; ``capped_exact``: it is the best plan within the memory
-    caps no worse than the round's bound, or there is none (``arcs`` empty)."""
+    caps no worse than the round's bound, or there is none (``arcs`` empty); ``fixing``: the
+    Lagrangian bounds of the memory caps on every arc, when the caps bind."""
 
     arcs: list[int]
     value: float
     bound: float | None
     feasible: bool
     capped_exact: bool = False
+    fixing: Fixing | None = None
 
 
 @dataclass
@@ -154,6 +156,8 @@ class ExactPlanner(Planner):
         growth, prev_arcs = float(self.options.get("growth", 0.002)), 0
         best: tuple[StageGraph, GraphSolve] | None = None
         rounds, build_s = 0, 0.0
+        memo: dict = {}  # arcs priced by earlier rounds
+        prior = None  # the memory caps' multipliers of the last round that had them
         done_upper = lower  # the bound of the last round that finished
         while True:
             rounds += 1
@@ -164,7 +168,7 @@ class ExactPlanner(Planner):
                 sg = build_stage_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
                                        deadline=deadline, objective=obj if bounded else "latency",
                                        upper=upper if math.isfinite(upper) else None, drop_overflow=True,
-                                       bounds=bounds)
+                                       bounds=bounds, memo=memo)
             except TimeoutError:
                 if best is None:
                     raise SpaceTimeout(lower) from None
@@ -185,7 +189,8 @@ class ExactPlanner(Planner):
             done_upper = upper
             build_s += sg.build_time_s
             whole = not math.isfinite(sg.outside)  # nothing left out but plans that break a cap
-            ws = self.warm_start(sg, obj, deadline)
+            ws = self.warm_start(sg, obj, deadline, prior=prior)
+            prior = ws.fixing or prior
             if ws[2] is None and not ws[0]:  # no plan within `upper`, caps aside
                 if whole:
                     return Exploration(sg, None, lower, False, rounds, build_s, infeasible=True)
@@ -276,15 +281,19 @@ class ExactPlanner(Planner):
                 res.bound = min(res.bound, res.value)
         return res
 
-    def warm_start(self, sg: StageGraph, objective: str, deadline: float | None = None) -> "WarmStart":
+    def warm_start(self, sg: StageGraph, objective: str, deadline: float | None = None,
+                   prior: Fixing | None = None) -> "WarmStart":
         """A plan to start the solvers from, and the DP's bound.
 
         The DP runs without the caps, except that arcs which alone overflow a device's memory
         are dropped (no feasible plan contains them), so its value bounds additive objectives.
-        When its plan still breaks a memory cap, a resource-constrained shortest path finds the
-        best plan within the caps among those no worse than the round's bound (``capped_exact``:
-        that plan, or none, is exact); past its label budget or the deadline, a few Lagrangian
-        rounds price the overflowing devices' memory into the arc costs instead.
+        When its plan still breaks a memory cap, the duals of the path-flow LP bound every arc
+        and every partial plan within the caps (``formulations.lagrange``), and a
+        resource-constrained shortest path pruned by them finds the best plan within the caps
+        among those no worse than the round's bound (``capped_exact``: that plan, or none, is
+        exact); past its label budget or the deadline, a few Lagrangian rounds price the
+        overflowing devices' memory into the arc costs instead. ``prior``: an earlier round's
+        ``fixing``, whose multipliers shrink this round's LP.
         """
         inst = sg.instance
         dp_obj = objective if objective in ADDITIVE else "latency"
@@ -302,21 +311,29 @@ class ExactPlanner(Planner):
         metrics = evaluate_stages(_stages(sg, arcs), inst)
         best = (arcs, metrics) if metrics.feasible else None
         only_memory = inst.constraints.latency_s is None and inst.constraints.energy_j is None
+        fixing = None
         if best is None and objective in ADDITIVE and only_memory and self.options.get("capped_search", True):
             partial = sg.upper is not None and math.isfinite(sg.outside)
+            upper = sg.upper if partial else math.inf
+            fixing = lagrangian_fixing(sg, objective, caps, prior=prior, upper=upper)
+            bound = max(bound, fixing.bound)
+            if fixing.incumbent is not None:
+                upper = min(upper, fixing.incumbent[1])
             now = time.perf_counter()
             # at most a third of the time left: the solvers need the rest if it gives up
             until = None if deadline is None else now + max(0.0, deadline - now) / 3
             try:
-                found = capped_shortest_path(sg, objective, caps, upper=sg.upper if partial else math.inf,
-                                             max_labels=int(self.options.get("max_labels", 200_000)),
-                                             deadline=until)
+                found = None if fixing.bound > _loose(upper) else capped_shortest_path(
+                    sg, objective, caps, upper=upper, max_labels=int(self.options.get("max_labels", 2_000_000)),
+                    deadline=until, fixing=fixing)
             except LabelLimit:
                 found = False
+            if found is None and fixing.incumbent is not None:
+                found = fixing.incumbent
             if found is None:
-                return WarmStart([], math.inf, bound, False, capped_exact=True)
+                return WarmStart([], math.inf, bound, False, capped_exact=True, fixing=fixing)
             if found:
-                return WarmStart(found[0], found[1], bound, True, capped_exact=True)
+                return WarmStart(found[0], found[1], bound, True, capped_exact=True, fixing=fixing)
         lam = [0.0] * len(inst.devices)
         scale = max(dp_value, 1e-12)
         for _ in range(int(self.options.get("lagrange_rounds", 12))):
@@ -333,8 +350,8 @@ class ExactPlanner(Planner):
             if metrics.feasible:
                 best = (arcs, metrics)
         if best is None:
-            return WarmStart(arcs, metrics.value(objective), bound, False)
-        return WarmStart(best[0], best[1].value(objective), bound, True)
+            return WarmStart(arcs, metrics.value(objective), bound, False, fixing=fixing)
+        return WarmStart(best[0], best[1].value(objective), bound, True, fixing=fixing)
 
     def check_agreement(self, solver_value: float, result: PlanResult, tol_abs: float = 0.0) -> None:
         ev = result.value
@@ -377,18 +394,21 @@ def _loose(v: float) -> float:
     return v * (1 + 1e-9) + 1e-12
 
 
-def _pruned_arcs(sg: StageGraph, objective: str, upper: float | None) -> list[int]:
+def _pruned_arcs(sg: StageGraph, objective: str, upper: float | None, fixing: Fixing | None = None) -> list[int]:
     """Arcs that can be part of a feasible plan no worse than ``upper``.
 
     An arc that alone overflows a device's memory is never feasible; with an ``upper`` bound
     on an additive objective, an arc whose best path (DP prefix + arc + suffix) exceeds it
-    cannot be optimal either (exact reduced-cost fixing).
+    cannot be optimal either (exact reduced-cost fixing), nor can one whose Lagrangian bound
+    under the memory caps (``fixing``) exceeds it.
     """
     inst = sg.instance
     caps = [dev.memory_bytes if inst.constraints.memory else None for dev in inst.devices]
     ok = [not _overflows(arc, caps) for arc in sg.arcs]
     if upper is None or objective not in ADDITIVE:
         return [a for a in range(len(sg.arcs)) if ok[a]]
+    if fixing is not None:
+        ok = [o and bool(f) for o, f in zip(ok, fixing.keep(upper))]
     cost = [c if ok[a] else math.inf for a, c in enumerate(arc_cost(sg, objective))]
     pre, suf = prefix_suffix(sg, cost, terminal_cost(sg, objective))
     slack = upper * (1 + 1e-9) + 1e-12
@@ -426,8 +446,10 @@ class MILPPlanner(ExactPlanner):
         obj = ctx.objective
         ws_arcs, ws_value, dp_bound, ws_feasible = ws[:4]
         cutoff = _cutoff(sg, obj, ws)
-        keep = _pruned_arcs(sg, obj, cutoff) if self.options.get("fix_arcs", True) else None
+        keep = _pruned_arcs(sg, obj, cutoff, ws.fixing) if self.options.get("fix_arcs", True) else None
         ctx.report(phase="model", incumbent=ws_value if ws_feasible else None, bound=dp_bound, force=True)
+        if keep is not None and not set(sg.out_arcs[sg.source]) & set(keep):  # nothing within the cutoff
+            return GraphSolve([], None, None, False, infeasible=True, cutoff=cutoff, info={"model_arcs": 0})
         m = build_milp(sg, obj, arcs=keep)
         if cutoff is not None:
             m.cutoff = pyo.Constraint(expr=getattr(m, obj) <= _loose(cutoff))
@@ -493,7 +515,9 @@ class CPSATPlanner(ExactPlanner):
         obj = ctx.objective
         ws_arcs, ws_value, dp_bound, ws_feasible = ws[:4]
         cutoff = _cutoff(sg, obj, ws)
-        keep = _pruned_arcs(sg, obj, cutoff) if self.options.get("fix_arcs", True) else None
+        keep = _pruned_arcs(sg, obj, cutoff, ws.fixing) if self.options.get("fix_arcs", True) else None
+        if keep is not None and not set(sg.out_arcs[sg.source]) & set(keep):  # nothing within the cutoff
+            return GraphSolve([], None, None, False, infeasible=True, cutoff=cutoff, info={"model_arcs": 0})
         cm = build_cpsat(sg, obj, arcs=keep)
         if cutoff is not None:
             cm.model.Add(getattr(cm, obj) <= math.ceil(_loose(cutoff) * cm.scale + (cm.n_layers + 1) * 0.5))

@@ -1,0 +1,413 @@
+"""Memory caps on the stage graph: Lagrangian bounds, arc fixing and the exact label search.
+
+A device's memory along a plan is the weights of all its stages plus its largest working set
+(MODEL.md section 4). For multipliers ``lam >= 0`` (seconds or joules per byte, one per capped
+device), every plan that meets the caps costs at least
+
+    cost(P) + sum_d lam_d * (weights_d(P) + working_d(P) - cap_d),
+
+and the first two terms are a shortest path once ``lam_d * weights_d`` is added to every arc.
+So one shortest path gives a lower bound on every capped plan of the graph, and a prefix and a
+suffix per node give one for every plan through a given arc: the arc's own working set is a
+lower bound of the plan's largest. An arc whose bound exceeds a known value is dropped
+(Lagrangian reduced-cost fixing). The multipliers are the duals of the path-flow LP (HiGHS),
+with per-layer prices ``nu`` on the working-set rows, so the graph's bound is the LP's bound.
+The same prices bound every partial plan of the label search ``capped_shortest_path``, the
+exact best plan within the caps: a resource-constrained shortest path.
+
+>>> from formulations.caps import lagrangian_fixing, capped_shortest_path   # doctest: +SKIP
+>>> fix = lagrangian_fixing(sg, "latency", caps)                           # doctest: +SKIP
+>>> fix.bound, int(fix.keep(upper=0.149).sum())                            # doctest: +SKIP
+>>> arcs, value = capped_shortest_path(sg, "latency", caps, 0.149, fixing=fix)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .dp import arc_cost, terminal_cost
+from .stagegraph import StageGraph
+
+
+class PathArrays:
+    """The stage graph as arrays, for shortest paths under many cost vectors.
+
+    Arcs always go from a smaller boundary to a larger one, so processing the tails boundary
+    by boundary relaxes every arc after its tail is final; within a boundary, the arcs are
+    sorted by head (forward) or by tail (backward) and reduced with ``minimum.reduceat``.
+    """
+
+    def __init__(self, sg: StageGraph):
+        self.n = sg.n_nodes
+        self.source = sg.source
+        self.tail = np.fromiter((a.tail for a in sg.arcs), dtype=np.int64, count=len(sg.arcs))
+        self.head = np.fromiter((a.head for a in sg.arcs), dtype=np.int64, count=len(sg.arcs))
+        bnd = np.fromiter((b for b, _ in sg.nodes), dtype=np.int64, count=self.n)
+        self.term_nodes = np.array(sorted(sg.terminals), dtype=np.int64)
+        tb = bnd[self.tail]
+        self.forward, self.backward = [], []
+        for b in np.unique(tb):
+            idx = np.flatnonzero(tb == b)
+            f = idx[np.argsort(self.head[idx], kind="stable")]
+            heads, starts = np.unique(self.head[f], return_index=True)
+            self.forward.append((f, heads, starts))
+            r = idx[np.argsort(self.tail[idx], kind="stable")]
+            tails, starts = np.unique(self.tail[r], return_index=True)
+            self.backward.append((r, tails, starts))
+        self.backward.reverse()
+        self.in_arcs = [np.array(a, dtype=np.int64) for a in sg.in_arcs]
+
+    def prefix(self, cost: np.ndarray) -> np.ndarray:
+        dist = np.full(self.n, np.inf)
+        dist[self.source] = 0.0
+        for f, heads, starts in self.forward:
+            vals = dist[self.tail[f]] + cost[f]
+            dist[heads] = np.minimum(dist[heads], np.minimum.reduceat(vals, starts))
+        return dist
+
+    def suffix(self, cost: np.ndarray, term: np.ndarray) -> np.ndarray:
+        dist = np.full(self.n, np.inf)
+        dist[self.term_nodes] = term
+        for r, tails, starts in self.backward:
+            vals = cost[r] + dist[self.head[r]]
+            dist[tails] = np.minimum(dist[tails], np.minimum.reduceat(vals, starts))
+        return dist
+
+    def path_to(self, dist: np.ndarray, cost: np.ndarray, end: int) -> list[int]:
+        """The arcs of a shortest path from the source to ``end`` (``dist`` from ``prefix``)."""
+        path, v = [], end
+        while v != self.source:
+            ins = self.in_arcs[v]
+            a = int(ins[np.argmin(dist[self.tail[ins]] + cost[ins])])
+            path.append(a)
+            v = int(self.tail[a])
+        return path[::-1]
+
+
+@dataclass
+class Fixing:
+    """What the Lagrangian proves about one stage graph, for a cutoff value."""
+
+    lam: np.ndarray  # per capped device: cost per byte of memory
+    nu: np.ndarray  # layers x capped devices: cost per byte of working set (column sums <= lam)
+    devices: list[int]  # the capped devices, in the order of ``lam``
+    caps: np.ndarray  # their caps, bytes
+    bound: float  # every plan of the graph that meets the caps costs at least this
+    through: np.ndarray  # per arc: a lower bound on every plan through it that meets the caps
+    incumbent: tuple[list[int], float] | None  # a plan that meets the caps, when one was met
+    suf: np.ndarray  # per node: the best priced suffix
+    nu_after: np.ndarray  # boundaries x capped devices: the sum of ``nu`` over layers >= boundary
+    within: float = math.inf  # the bounds hold for the plans no worse than this
+
+    def keep(self, upper: float = math.inf) -> np.ndarray:
+        """Bool per arc: it may lie on a plan that meets the caps and costs at most ``upper``."""
+        if upper > self.within * (1 + 1e-12):
+            raise ValueError(f"these bounds hold only up to {self.within!r}, not {upper!r}")
+        return np.isfinite(self.through) & (self.through <= upper * (1 + 1e-9) + 1e-12)
+    def label_floor(self, node: int, boundary: int, cost: float, weights, working) -> float:
+        """A lower bound on every plan that meets the caps and extends a partial plan ending at
+        ``node`` (before layer ``boundary``) with this cost, weights and largest working sets
+        per capped device (in the order of ``devices``)."""
+        w, m = np.asarray(weights, dtype=float), np.asarray(working, dtype=float)
+        return float(cost + self.lam @ (w - self.caps) + (self.lam - self.nu_after[boundary]) @ m + self.suf[node])
+
+
+def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndarray, usable: np.ndarray,
+                   W: np.ndarray, K: np.ndarray, base: np.ndarray, term: np.ndarray, pa: PathArrays):
+    """Optimal duals of the path-flow LP's memory rows (``lam``) and working-set rows (``nu``),
+    by HiGHS: the multipliers whose Lagrangian bound equals the LP bound. None when the LP
+    has no solution (then the graph holds no plan)."""
+    import highspy
+
+    n_layers = len(sg.instance.graph.layers)
+    n_arcs, k = len(sg.arcs), len(devs)
+    first = np.fromiter((a.option.first for a in sg.arcs), dtype=np.int64, count=n_arcs)
+    last = np.fromiter((a.option.last for a in sg.arcs), dtype=np.int64, count=n_arcs)
+    n_term = len(pa.term_nodes)
+    kb = 1e-3  # memory rows in kilobytes keep the coefficients well scaled
+    rows, cols, vals = [], [], []
+    arc_ids = np.arange(n_arcs)
+    # flow: out - in (+ end at terminals) = 1 at the source, 0 elsewhere
+    rows += [pa.tail, pa.head]
+    cols += [arc_ids, arc_ids]
+    vals += [np.ones(n_arcs), -np.ones(n_arcs)]
+    rows.append(pa.term_nodes)
+    cols.append(n_arcs + np.arange(n_term))
+    vals.append(np.ones(n_term))
+    r0 = sg.n_nodes
+    for j in range(k):  # memory: weights + M <= cap
+        nz = np.flatnonzero(W[:, j])
+        rows += [np.full(len(nz), r0 + j), [r0 + j]]
+        cols += [nz, [n_arcs + n_term + j]]
+        vals += [W[nz, j] * kb, [kb]]
+    r1 = r0 + k
+    work_rows = []  # (layer, device index) per working-set row
+    span = last - first + 1
+    arc_rep = np.repeat(arc_ids, span)
+    layer_rep = np.concatenate([np.arange(f, e + 1) for f, e in zip(first, last)]) if n_arcs else np.zeros(0, int)
+    for j in range(k):  # working set: sum of the covering arcs' working sets - M <= 0
+        wk = K[arc_rep, j]
+        nz = wk > 0
+        layers = np.unique(layer_rep[nz])
+        row_of = np.full(n_layers, -1)
+        row_of[layers] = r1 + len(work_rows) + np.arange(len(layers))
+        work_rows += [(int(l), j) for l in layers]
+        rows += [row_of[layer_rep[nz]], row_of[layers]]
+        cols += [arc_rep[nz], np.full(len(layers), n_arcs + n_term + j)]
+        vals += [wk[nz] * kb, -kb * np.ones(len(layers))]
+    n_rows = r1 + len(work_rows)
+    n_cols = n_arcs + n_term + k
+    rows = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows])
+    cols = np.concatenate([np.asarray(c, dtype=np.int64) for c in cols])
+    vals = np.concatenate([np.asarray(v, dtype=float) for v in vals])
+    order = np.lexsort((rows, cols))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    start = np.searchsorted(cols, np.arange(n_cols + 1))
+
+    inf = highspy.kHighsInf
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = n_cols, n_rows
+    scale = 1.0 / max(float(np.min(term)) if n_term else 1.0, 1e-12)  # objective near 1
+    cc = np.concatenate([np.where(usable, base, 0.0), term, np.zeros(k)]) * scale
+    lp.col_cost_ = cc
+    lp.col_lower_ = np.zeros(n_cols)
+    lp.col_upper_ = np.concatenate([np.where(usable, 1.0, 0.0), np.ones(n_term), np.full(k, inf)])
+    rhs = np.zeros(n_rows)
+    rhs[pa.source] = 1.0
+    lo, hi = rhs.copy(), rhs.copy()
+    lo[r0:] = -inf
+    hi[r0:r1] = cap * kb
+    lp.row_lower_, lp.row_upper_ = lo, hi
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = start, rows, vals
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.passModel(lp)
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    dual = np.asarray(h.getSolution().row_dual)
+    lam = np.maximum(0.0, -dual[r0:r1] * kb / scale)
+    nu = np.zeros((n_layers, k))
+    for (l, j), y in zip(work_rows, dual[r1:]):
+        nu[l, j] = max(0.0, -y * kb / scale)
+    over = nu.sum(axis=0)
+    shrink = np.where(over > lam, lam / np.maximum(over, 1e-300), 1.0)  # keep sum(nu) <= lam exactly
+    return lam, nu * shrink
+
+
+def lagrangian_fixing(sg: StageGraph, objective: str, caps: list[int | None],
+                      arrays: PathArrays | None = None, prior: Fixing | None = None,
+                      upper: float = math.inf) -> Fixing:
+    """The LP's multipliers, the bound they prove on the graph and on every arc.
+
+    ``caps`` per device (None: uncapped). Arcs that alone overflow a cap get an infinite
+    bound; with no plan at all (or no fractional one within the caps), everything does.
+    ``prior`` (the fixing of an earlier graph of the same instance) with a finite ``upper``:
+    its multipliers first drop the arcs no plan within ``upper`` can use, and the LP runs on
+    the rest; the bounds then hold for plans no worse than ``upper`` (``Fixing.within``).
+    """
+    pa = arrays or PathArrays(sg)
+    devs = [d for d, c in enumerate(caps) if c is not None]
+    cap = np.array([caps[d] for d in devs], dtype=float)
+    n_arcs, k = len(sg.arcs), len(devs)
+    n_layers = len(sg.instance.graph.layers)
+    W = np.array([[a.weights[d] for d in devs] for a in sg.arcs], dtype=float).reshape(n_arcs, k)
+    K = np.array([[a.working[d] for d in devs] for a in sg.arcs], dtype=float).reshape(n_arcs, k)
+    base = np.array(arc_cost(sg, objective), dtype=float)
+    usable = ~((W + K) > cap).any(axis=1) if k else np.ones(n_arcs, dtype=bool)
+    tdict = terminal_cost(sg, objective)
+    term = np.array([tdict[int(t)] for t in pa.term_nodes], dtype=float)
+    first = np.fromiter((a.option.first for a in sg.arcs), dtype=np.int64, count=n_arcs)
+    last = np.fromiter((a.option.last for a in sg.arcs), dtype=np.int64, count=n_arcs)
+    data = (pa, devs, cap, W, K, base, usable, term, first, last)
+    if not len(term) or not n_arcs:
+        return _priced(data, np.zeros(k), np.zeros((n_layers, k)), nothing=True)
+    within, earlier = math.inf, None
+    if prior is not None and k and math.isfinite(upper) and list(prior.devices) == devs:
+        earlier = _priced(data, prior.lam, prior.nu)
+        usable = usable & earlier.keep(upper)
+        within = upper
+    duals = lp_multipliers(sg, objective, devs, cap, usable, W, K, base, term, pa) if k else None
+    if duals is None and k:
+        return _priced(data, np.zeros(k), np.zeros((n_layers, k)), nothing=True, within=within)
+    lam, nu = duals if k else (np.zeros(0), np.zeros((n_layers, 0)))
+    fix = _priced(data[:6] + (usable,) + data[7:], lam, nu, within=within)
+    if earlier is not None:  # the arcs the prior multipliers dropped keep their bounds
+        fix.through = np.where(usable, fix.through, earlier.through)
+    return fix
+
+
+def _priced(data, lam: np.ndarray, nu: np.ndarray, nothing: bool = False, within: float = math.inf) -> Fixing:
+    """The bounds that multipliers ``lam`` and ``nu`` prove on a graph (``data`` from
+    ``lagrangian_fixing``)."""
+    pa, devs, cap, W, K, base, usable, term, first, last = data
+    k = len(devs)
+    cum = np.vstack([np.zeros((1, k)), np.cumsum(nu, axis=0)])  # cum[l] = sum of nu over layers < l
+    nu_after = cum[-1] - cum  # boundaries x devices
+    if nothing:
+        return Fixing(lam, nu, devs, cap, math.inf, np.full(len(base), np.inf), None, np.full(pa.n, np.inf),
+                      nu_after, within)
+    nu_arc = cum[last + 1] - cum[first]  # arcs x devices
+    cost = base + W @ lam + (K * nu_arc).sum(axis=1)
+    cost[~usable] = np.inf
+    pre = pa.prefix(cost)
+    suf = pa.suffix(cost, term)
+    slack = lam @ cap
+    bound = min(float(suf[pa.source] - slack), within)
+    spare = lam - cum[-1]  # what the working sets' rows leave of lam: priced on each arc's own
+    through = pre[pa.tail] + cost + suf[pa.head] + K @ spare - slack
+    through[~usable] = np.inf
+    incumbent = None
+    ends = pre[pa.term_nodes] + term
+    t = int(np.argmin(ends))
+    if math.isfinite(ends[t]):
+        path = pa.path_to(pre, cost, int(pa.term_nodes[t]))
+        if ((W[path].sum(axis=0) + K[path].max(axis=0)) <= cap).all():
+            incumbent = (path, float(base[path].sum() + term[t]))
+    return Fixing(lam, nu, devs, cap, bound, through, incumbent, suf, nu_after, within)
+
+
+class LabelLimit(RuntimeError):
+    """The label search kept more labels than allowed (or ran out of time)."""
+
+
+def _undominated(cost: np.ndarray, res: np.ndarray) -> np.ndarray:
+    """Indices of the labels no other label dominates (no larger cost and no larger resource,
+    ties kept once), in increasing cost."""
+    order = np.lexsort(tuple(res.T[::-1]) + (cost,))
+    v = np.column_stack([cost[order], res[order]])
+    kept: list[int] = []
+    kv = np.empty((0, v.shape[1]))
+    block = 256
+    for lo in range(0, len(v), block):
+        x = v[lo:lo + block]
+        out = (kv[None, :, :] <= x[:, None, :]).all(axis=2).any(axis=1) if len(kv) else np.zeros(len(x), bool)
+        inner = (x[None, :, :] <= x[:, None, :]).all(axis=2)  # inner[i, j]: j nowhere worse than i
+        inner &= np.tri(len(x), k=-1, dtype=bool)  # only earlier labels (sorted) can dominate
+        out |= inner.any(axis=1)
+        # an earlier label of this block that is itself dominated still dominates transitively
+        # through the label that dominates it, so dropping it keeps the result exact
+        sel = np.flatnonzero(~out)
+        kept.extend(order[lo + sel])
+        kv = np.vstack([kv, x[sel]])
+    return np.array(kept, dtype=np.int64)
+
+
+def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None], upper: float = math.inf,
+                         max_labels: int = 200_000, deadline: float | None = None, fixing: Fixing | None = None,
+                         arrays: PathArrays | None = None):
+    """The best path whose memory fits ``caps`` (per device: the weights of all its stages plus
+    its largest working set, as the evaluator counts it) among those no worse than ``upper``:
+    (arcs, value), or None when there is none.
+
+    Exact: a resource-constrained shortest path over the graph in boundary order, whose labels
+    carry the cost, each capped device's weights and its largest working set; a label is
+    dropped when another at its node is no worse in all of them, when its best completion
+    without caps exceeds ``upper``, and (with ``fixing``, a ``Fixing`` of the same caps) when
+    its Lagrangian floor does. Devices no path can overflow (and unpriced) stay out of the labels.
+    Vectorised: all labels of a node cross all its arcs at once.
+
+    Raises ``LabelLimit`` past ``max_labels`` labels or at ``deadline`` (``time.perf_counter()``).
+    """
+    pa = arrays or PathArrays(sg)
+    n_arcs = len(sg.arcs)
+    base = np.array(arc_cost(sg, objective), dtype=float)
+    tdict = terminal_cost(sg, objective)
+    term = np.full(sg.n_nodes, np.inf)
+    for t, c in tdict.items():
+        term[t] = c
+    capped = [d for d, c in enumerate(caps) if c is not None]
+    Wall = np.array([[a.weights[d] for d in capped] for a in sg.arcs], dtype=np.int64).reshape(n_arcs, len(capped))
+    Kall = np.array([[a.working[d] for d in capped] for a in sg.arcs], dtype=np.int64).reshape(n_arcs, len(capped))
+    capv = np.array([caps[d] for d in capped], dtype=np.int64)
+    usable = ~((Wall + Kall) > capv).any(axis=1) if capped else np.ones(n_arcs, dtype=bool)
+    if fixing is not None:
+        assert list(fixing.devices) == capped, "the fixing was computed for other caps"
+        usable &= fixing.keep(upper)
+    cost = np.where(usable, base, np.inf)
+    suf = pa.suffix(cost, term[pa.term_nodes])
+    # labels track the devices some path can overflow (heaviest weights plus largest working
+    # set above the cap) and those the Lagrangian prices; the others add nothing
+    heavy = [pa.prefix(np.where(usable, -Wall[:, j].astype(float), np.inf)) for j in range(len(capped))]
+    track = [j for j in range(len(capped))
+             if -float(np.min(heavy[j][np.isfinite(heavy[j])], initial=0.0)) + float(Kall[usable, j].max(initial=0))
+             > capv[j] or (fixing is not None and fixing.lam[j] > 0)]
+    W, K, capv = Wall[:, track], Kall[:, track], capv[track]
+    if fixing is not None:
+        lam_t = fixing.lam[track]
+        spare = (fixing.lam - fixing.nu_after)[:, track]  # per boundary: what lam leaves for the working set
+        lsuf = fixing.suf - float(lam_t @ capv)
+    bnd = np.fromiter((b for b, _ in sg.nodes), dtype=np.int64, count=sg.n_nodes)
+    slack = upper * (1 + 1e-9) + 1e-12 if math.isfinite(upper) else math.inf
+
+    pending: list[list] = [[] for _ in range(sg.n_nodes)]
+    k = len(track)
+    pending[sg.source].append((np.zeros(1), np.zeros((1, k), np.int64), np.zeros((1, k), np.int64),
+                               np.full(1, -1, np.int64), np.full(1, -1, np.int64)))
+    parents: list[np.ndarray] = []
+    via: list[np.ndarray] = []
+    n_kept, best = 0, None
+    out_arcs = [np.array([a for a in arcs if usable[a]], dtype=np.int64) for arcs in sg.out_arcs]
+    for v in np.argsort(bnd, kind="stable"):
+        chunks = pending[v]
+        pending[v] = []
+        if not chunks:
+            continue
+        C = np.concatenate([c[0] for c in chunks])
+        Wl = np.concatenate([c[1] for c in chunks])
+        Ml = np.concatenate([c[2] for c in chunks])
+        par = np.concatenate([c[3] for c in chunks])
+        arc = np.concatenate([c[4] for c in chunks])
+        keep = _undominated(C, np.hstack([Wl, Ml]).astype(float)) if len(C) > 1 else np.arange(len(C))
+        C, Wl, Ml = C[keep], Wl[keep], Ml[keep]
+        gid = n_kept + np.arange(len(C))
+        parents.append(par[keep])
+        via.append(arc[keep])
+        n_kept += len(C)
+        if n_kept > max_labels:
+            raise LabelLimit(f"more than {max_labels} labels")
+        if deadline is not None and time.perf_counter() > deadline:
+            raise LabelLimit("the time limit ran out")
+        if math.isfinite(term[v]):
+            vals = C + term[v]
+            i = int(np.argmin(vals))
+            if vals[i] <= slack and (best is None or vals[i] < best[0]):
+                best = (float(vals[i]), int(gid[i]))
+        A = out_arcs[v]
+        if not len(A):
+            continue
+        heads = pa.head[A]
+        c2 = C[:, None] + cost[A][None, :]  # (labels, arcs)
+        ok = c2 + suf[heads][None, :] <= slack
+        w2 = Wl[:, None, :] + W[A][None, :, :]
+        m2 = np.maximum(Ml[:, None, :], K[A][None, :, :])
+        ok &= ((w2 + m2) <= capv).all(axis=2)
+        if fixing is not None:
+            fl = (c2 + (w2 * lam_t).sum(axis=2) + (m2 * spare[bnd[heads]][None, :, :]).sum(axis=2)
+                  + lsuf[heads][None, :])
+            ok &= fl <= slack
+        li, ai = np.nonzero(ok)
+        if not len(li):
+            continue
+        order = np.argsort(heads[ai], kind="stable")
+        li, ai = li[order], ai[order]
+        hs = heads[ai]
+        cuts = np.flatnonzero(np.diff(hs)) + 1
+        for sl in np.split(np.arange(len(li)), cuts):
+            l_, a_ = li[sl], ai[sl]
+            pending[int(hs[sl[0]])].append((c2[l_, a_], w2[l_, a_], m2[l_, a_], gid[l_], A[a_]))
+    if best is None:
+        return None
+    parent, arc_of = np.concatenate(parents), np.concatenate(via)
+    path, g = [], best[1]
+    while parent[g] >= 0 or arc_of[g] >= 0:
+        path.append(int(arc_of[g]))
+        g = int(parent[g])
+        if g < 0:
+            break
+    return path[::-1], best[0]
