@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -272,6 +273,14 @@ def _priced(data, lam: np.ndarray, nu: np.ndarray, nothing: bool = False, within
     return Fixing(lam, nu, devs, cap, bound, through, incumbent, suf, nu_after, within)
 
 
+class CappedPath(NamedTuple):
+    """The outcome of ``capped_shortest_path``."""
+
+    arcs: list[int]  # the best plan within the caps and the bound (empty: there is none)
+    value: float  # its value (inf: none)
+    support: np.ndarray  # bool per arc: every plan within the caps and the bound uses only these
+
+
 class LabelLimit(RuntimeError):
     """The label search kept more labels than allowed (or ran out of time)."""
 
@@ -298,19 +307,47 @@ def _undominated(cost: np.ndarray, res: np.ndarray) -> np.ndarray:
     return np.array(kept, dtype=np.int64)
 
 
+def _extend(C, Wl, Ml, gid, A, heads, cost, suf, W, K, capv, slack, support, pending, priced):
+    """Cross labels (cost ``C``, weights ``Wl``, largest working sets ``Ml``) with the arcs ``A``
+    of their node; append the survivors to ``pending`` at each head, mark their arcs and
+    return how many there are."""
+    c2 = C[:, None] + cost[A][None, :]  # (labels, arcs)
+    ok = c2 + suf[heads][None, :] <= slack
+    w2 = Wl[:, None, :] + W[A][None, :, :]
+    m2 = np.maximum(Ml[:, None, :], K[A][None, :, :])
+    ok &= ((w2 + m2) <= capv).all(axis=2)
+    if priced is not None:
+        lam, spare, lsuf = priced
+        ok &= c2 + (w2 * lam).sum(axis=2) + (m2 * spare[None, :, :]).sum(axis=2) + lsuf[None, :] <= slack
+    li, ai = np.nonzero(ok)
+    if not len(li):
+        return 0
+    support[A[ai]] = True
+    order = np.argsort(heads[ai], kind="stable")
+    li, ai = li[order], ai[order]
+    hs = heads[ai]
+    cuts = np.flatnonzero(np.diff(hs)) + 1
+    for sl in np.split(np.arange(len(li)), cuts):
+        l_, a_ = li[sl], ai[sl]
+        pending[int(hs[sl[0]])].append((c2[l_, a_], w2[l_, a_], m2[l_, a_], gid[l_], A[a_]))
+    return len(li)
+
+
 def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None], upper: float = math.inf,
                          max_labels: int = 200_000, deadline: float | None = None, fixing: Fixing | None = None,
                          arrays: PathArrays | None = None):
     """The best path whose memory fits ``caps`` (per device: the weights of all its stages plus
-    its largest working set, as the evaluator counts it) among those no worse than ``upper``:
-    (arcs, value), or None when there is none.
+    its largest working set, as the evaluator counts it) among those no worse than ``upper``,
+    as a ``CappedPath`` (empty when there is none).
 
     Exact: a resource-constrained shortest path over the graph in boundary order, whose labels
     carry the cost, each capped device's weights and its largest working set; a label is
     dropped when another at its node is no worse in all of them, when its best completion
     without caps exceeds ``upper``, and (with ``fixing``, a ``Fixing`` of the same caps) when
     its Lagrangian floor does. Devices no path can overflow (and unpriced) stay out of the labels.
-    Vectorised: all labels of a node cross all its arcs at once.
+    Vectorised: all labels of a node cross all its arcs at once. ``support`` marks the arcs
+    some kept label crossed: a plan within the caps and ``upper`` that uses another arc would
+    have a prefix no kept label dominates, so the exact solvers may drop every other arc.
 
     Raises ``LabelLimit`` past ``max_labels`` labels or at ``deadline`` (``time.perf_counter()``).
     """
@@ -351,8 +388,9 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
                                np.full(1, -1, np.int64), np.full(1, -1, np.int64)))
     parents: list[np.ndarray] = []
     via: list[np.ndarray] = []
-    n_kept, best = 0, None
+    n_kept, best, waiting = 0, None, 1
     out_arcs = [np.array([a for a in arcs if usable[a]], dtype=np.int64) for arcs in sg.out_arcs]
+    support = np.zeros(n_arcs, dtype=bool)
     for v in np.argsort(bnd, kind="stable"):
         chunks = pending[v]
         pending[v] = []
@@ -363,6 +401,7 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
         Ml = np.concatenate([c[2] for c in chunks])
         par = np.concatenate([c[3] for c in chunks])
         arc = np.concatenate([c[4] for c in chunks])
+        waiting -= len(C)
         keep = _undominated(C, np.hstack([Wl, Ml]).astype(float)) if len(C) > 1 else np.arange(len(C))
         C, Wl, Ml = C[keep], Wl[keep], Ml[keep]
         gid = n_kept + np.arange(len(C))
@@ -382,27 +421,15 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
         if not len(A):
             continue
         heads = pa.head[A]
-        c2 = C[:, None] + cost[A][None, :]  # (labels, arcs)
-        ok = c2 + suf[heads][None, :] <= slack
-        w2 = Wl[:, None, :] + W[A][None, :, :]
-        m2 = np.maximum(Ml[:, None, :], K[A][None, :, :])
-        ok &= ((w2 + m2) <= capv).all(axis=2)
-        if fixing is not None:
-            fl = (c2 + (w2 * lam_t).sum(axis=2) + (m2 * spare[bnd[heads]][None, :, :]).sum(axis=2)
-                  + lsuf[heads][None, :])
-            ok &= fl <= slack
-        li, ai = np.nonzero(ok)
-        if not len(li):
-            continue
-        order = np.argsort(heads[ai], kind="stable")
-        li, ai = li[order], ai[order]
-        hs = heads[ai]
-        cuts = np.flatnonzero(np.diff(hs)) + 1
-        for sl in np.split(np.arange(len(li)), cuts):
-            l_, a_ = li[sl], ai[sl]
-            pending[int(hs[sl[0]])].append((c2[l_, a_], w2[l_, a_], m2[l_, a_], gid[l_], A[a_]))
+        step = max(1, 1_000_000 // len(A))  # labels per block: bounded temporaries
+        for lo in range(0, len(C), step):
+            waiting += _extend(C[lo:lo + step], Wl[lo:lo + step], Ml[lo:lo + step], gid[lo:lo + step], A, heads,
+                    cost, suf, W, K, capv, slack, support, pending,
+                    None if fixing is None else (lam_t, spare[bnd[heads]], lsuf[heads]))
+            if waiting > 4 * max_labels:
+                raise LabelLimit(f"more than {4 * max_labels} labels waiting")
     if best is None:
-        return None
+        return CappedPath([], math.inf, np.zeros(n_arcs, dtype=bool))
     parent, arc_of = np.concatenate(parents), np.concatenate(via)
     path, g = [], best[1]
     while parent[g] >= 0 or arc_of[g] >= 0:
@@ -410,4 +437,4 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
         g = int(parent[g])
         if g < 0:
             break
-    return path[::-1], best[0]
+    return CappedPath(path[::-1], best[0], support)

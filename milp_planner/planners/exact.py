@@ -70,6 +70,7 @@ class WarmStart(NamedTuple):
     feasible: bool
     capped_exact: bool = False
     fixing: Fixing | None = None
+    support: tuple[float, np.ndarray] | None = None  # (a bound, the arcs every capped plan within it uses)
 
 
 @dataclass
@@ -328,12 +329,15 @@ class ExactPlanner(Planner):
                     deadline=until, fixing=fixing)
             except LabelLimit:
                 found = False
-            if found is None and fixing.incumbent is not None:
-                found = fixing.incumbent
-            if found is None:
-                return WarmStart([], math.inf, bound, False, capped_exact=True, fixing=fixing)
+            if found is None or (found and not found.arcs):  # nothing within the caps and the bound
+                if fixing.incumbent is None:
+                    return WarmStart([], math.inf, bound, False, capped_exact=True, fixing=fixing)
+                found = False
             if found:
-                return WarmStart(found[0], found[1], bound, True, capped_exact=True, fixing=fixing)
+                return WarmStart(found.arcs, found.value, bound, True, capped_exact=True, fixing=fixing,
+                                 support=(upper, found.support))
+            if fixing.incumbent is not None:
+                best = (fixing.incumbent[0], evaluate_stages(_stages(sg, fixing.incumbent[0]), inst))
         lam = [0.0] * len(inst.devices)
         scale = max(dp_value, 1e-12)
         for _ in range(int(self.options.get("lagrange_rounds", 12))):
@@ -394,13 +398,15 @@ def _loose(v: float) -> float:
     return v * (1 + 1e-9) + 1e-12
 
 
-def _pruned_arcs(sg: StageGraph, objective: str, upper: float | None, fixing: Fixing | None = None) -> list[int]:
+def _pruned_arcs(sg: StageGraph, objective: str, upper: float | None, fixing: Fixing | None = None,
+                 support: tuple[float, np.ndarray] | None = None) -> list[int]:
     """Arcs that can be part of a feasible plan no worse than ``upper``.
 
     An arc that alone overflows a device's memory is never feasible; with an ``upper`` bound
     on an additive objective, an arc whose best path (DP prefix + arc + suffix) exceeds it
     cannot be optimal either (exact reduced-cost fixing), nor can one whose Lagrangian bound
-    under the memory caps (``fixing``) exceeds it.
+    under the memory caps (``fixing``) exceeds it, nor one outside the ``support`` of the
+    capped label search (no plan within the caps and its bound uses it).
     """
     inst = sg.instance
     caps = [dev.memory_bytes if inst.constraints.memory else None for dev in inst.devices]
@@ -409,6 +415,8 @@ def _pruned_arcs(sg: StageGraph, objective: str, upper: float | None, fixing: Fi
         return [a for a in range(len(sg.arcs)) if ok[a]]
     if fixing is not None:
         ok = [o and bool(f) for o, f in zip(ok, fixing.keep(upper))]
+    if support is not None and upper <= support[0]:
+        ok = [o and bool(f) for o, f in zip(ok, support[1])]
     cost = [c if ok[a] else math.inf for a, c in enumerate(arc_cost(sg, objective))]
     pre, suf = prefix_suffix(sg, cost, terminal_cost(sg, objective))
     slack = upper * (1 + 1e-9) + 1e-12
@@ -446,7 +454,7 @@ class MILPPlanner(ExactPlanner):
         obj = ctx.objective
         ws_arcs, ws_value, dp_bound, ws_feasible = ws[:4]
         cutoff = _cutoff(sg, obj, ws)
-        keep = _pruned_arcs(sg, obj, cutoff, ws.fixing) if self.options.get("fix_arcs", True) else None
+        keep = _pruned_arcs(sg, obj, cutoff, ws.fixing, ws.support) if self.options.get("fix_arcs", True) else None
         ctx.report(phase="model", incumbent=ws_value if ws_feasible else None, bound=dp_bound, force=True)
         if keep is not None and not set(sg.out_arcs[sg.source]) & set(keep):  # nothing within the cutoff
             return GraphSolve([], None, None, False, infeasible=True, cutoff=cutoff, info={"model_arcs": 0})
@@ -515,7 +523,7 @@ class CPSATPlanner(ExactPlanner):
         obj = ctx.objective
         ws_arcs, ws_value, dp_bound, ws_feasible = ws[:4]
         cutoff = _cutoff(sg, obj, ws)
-        keep = _pruned_arcs(sg, obj, cutoff, ws.fixing) if self.options.get("fix_arcs", True) else None
+        keep = _pruned_arcs(sg, obj, cutoff, ws.fixing, ws.support) if self.options.get("fix_arcs", True) else None
         if keep is not None and not set(sg.out_arcs[sg.source]) & set(keep):  # nothing within the cutoff
             return GraphSolve([], None, None, False, infeasible=True, cutoff=cutoff, info={"model_arcs": 0})
         cm = build_cpsat(sg, obj, arcs=keep)
