@@ -3,15 +3,18 @@
 - ``build_stage_graph(instance)``: the plan space as a layered DAG of stage options
   (``stagegraph``), priced by the evaluator's own code;
 - ``shortest_path(sg, objective)``: the dynamic program (``dp``);
+- ``capped_shortest_path(sg, objective, caps)`` and ``lagrangian_fixing``: the exact search and
+  the Lagrangian bounds with memory caps (``caps``);
 - ``build_milp(sg, objective)``: a Pyomo ``ConcreteModel`` (``milp``), HiGHS by default;
 - ``build_cpsat(sg, objective)``: an OR-Tools ``CpModel`` with handles (``cpsat``);
 - ``sg.plan_from_arcs(arcs)``: a solved model back into a ``Plan``.
 """
 
+from .caps import CappedPath, Fixing, capped_shortest_path, lagrangian_fixing
 from .cpsat import CpsatModel, build_cpsat
 from .dp import prefix_suffix, shortest_path
 from .milp import build_milp, solution_arcs
 from .stagegraph import Arc, StageGraph, StageOption, build_stage_graph, stage_options
 
 __all__ = ["Arc", "StageGraph", "StageOption", "build_stage_graph", "stage_options", "shortest_path",
-           "prefix_suffix", "build_milp", "solution_arcs", "build_cpsat", "CpsatModel"]
+           "prefix_suffix", "capped_shortest_path", "lagrangian_fixing", "CappedPath", "Fixing", "build_milp", "solution_arcs", "build_cpsat", "CpsatModel"]

@@ -188,10 +188,16 @@ def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndar
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.passModel(lp)
-    h.run()
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+    try:
+        h.run()
+        optimal = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+        dual = np.asarray(h.getSolution().row_dual) if optimal else None
+    finally:
+        # HiGHS keeps one thread scheduler per process, sized by its first run: free it, or a
+        # later solve with another thread count (the MILP's) fails
+        h.resetGlobalScheduler(True)
+    if dual is None:
         return None
-    dual = np.asarray(h.getSolution().row_dual)
     lam = np.maximum(0.0, -dual[r0:r1] * kb / scale)
     nu = np.zeros((n_layers, k))
     for (l, j), y in zip(work_rows, dual[r1:]):

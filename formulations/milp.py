@@ -122,6 +122,14 @@ def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,
     return m
 
 
+def fresh_highs_threads() -> None:
+    """Free HiGHS's thread scheduler. HiGHS keeps one per process, sized by its first run, and a
+    later run that asks for another number of threads fails; call this before such a run."""
+    import highspy
+
+    highspy.Highs().resetGlobalScheduler(True)
+
+
 def objective_unscale(m: pyo.ConcreteModel) -> float:
     """Factor turning the model's objective units into the evaluator's (bytes for memory)."""
     return 1.0 / m.memory_scale if m.objective_name == "memory" else 1.0

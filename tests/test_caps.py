@@ -112,11 +112,23 @@ def test_prior_multipliers_keep_every_path_within_the_bound(case, objective):
 def test_exact_planners_report_the_caps_bound():
     """The warm start's bound under binding caps is the Lagrangian's, never above the optimum."""
     from milp_planner.planners import get_planner
-    sg, caps, paths = capped_graph("residual-external", "latency", 0.75)
+    sg, caps, paths = capped_graph("residual-shared", "latency", 0.75)
     inst = sg.instance
     ref = get_planner("bruteforce").solve(inst, objective="latency")
+    assert ref.status == "optimal" and paths
     for name in ("dp", "milp", "cpsat"):
         res = get_planner(name).solve(inst, objective="latency")
         assert res.status == ref.status
         if ref.status == "optimal":
             assert res.bound <= ref.value * (1 + 1e-6) + res.info.get("tolerance", 0.0)
+
+
+def test_milp_with_two_threads_after_the_caps_lp():
+    """The caps' LP runs HiGHS first in the process; a MILP with another thread count after it
+    must still solve (HiGHS sizes one global scheduler by its first run)."""
+    from milp_planner.planners import get_planner
+    sg, caps, paths = capped_graph("chain", "latency", 0.9)
+    assert paths
+    get_planner("dp").solve(sg.instance, objective="latency", threads=1)
+    res = get_planner("milp").solve(sg.instance, objective="latency", threads=2)
+    assert res.status == "optimal", res.message

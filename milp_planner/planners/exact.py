@@ -289,7 +289,7 @@ class ExactPlanner(Planner):
         The DP runs without the caps, except that arcs which alone overflow a device's memory
         are dropped (no feasible plan contains them), so its value bounds additive objectives.
         When its plan still breaks a memory cap, the duals of the path-flow LP bound every arc
-        and every partial plan within the caps (``formulations.lagrange``), and a
+        and every partial plan within the caps (``formulations.caps``), and a
         resource-constrained shortest path pruned by them finds the best plan within the caps
         among those no worse than the round's bound (``capped_exact``: that plan, or none, is
         exact); past its label budget or the deadline, a few Lagrangian rounds price the
@@ -449,7 +449,7 @@ class MILPPlanner(ExactPlanner):
     def solve_graph(self, sg: StageGraph, ctx: SolveContext, ws) -> GraphSolve:
         import pyomo.environ as pyo
 
-        from formulations.milp import build_milp, objective_unscale, solution_arcs
+        from formulations.milp import build_milp, fresh_highs_threads, objective_unscale, solution_arcs
 
         obj = ctx.objective
         ws_arcs, ws_value, dp_bound, ws_feasible = ws[:4]
@@ -471,6 +471,7 @@ class MILPPlanner(ExactPlanner):
         kw = {}
         if name == "appsi_highs":
             # the legacy solve() resets the config from its arguments: pass them there
+            fresh_highs_threads()
             solver.highs_options = {"threads": max(1, ctx.threads), "mip_rel_gap": 1e-7, "mip_abs_gap": 0.0}
             kw = {"timelimit": None if remaining is None else max(1.0, remaining),
                   "tee": bool(self.options.get("log", False)), "warmstart": ws_feasible}

@@ -71,7 +71,7 @@ class LPRoundPlanner(ExactPlanner):
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
         import pyomo.environ as pyo
 
-        from formulations.milp import build_milp, objective_unscale
+        from formulations.milp import build_milp, fresh_highs_threads, objective_unscale
 
         obj = ctx.objective
         sg = self.stage_graph(instance, ctx)
@@ -87,11 +87,11 @@ class LPRoundPlanner(ExactPlanner):
         pyo.TransformationFactory("core.relax_integer_vars").apply_to(m)
         solver = pyo.SolverFactory("appsi_highs")
         remaining = ctx.remaining()
-        if remaining is not None:
-            solver.config.time_limit = max(1.0, remaining)
-        solver.config.stream_solver = bool(self.options.get("log", False))
+        fresh_highs_threads()
         solver.highs_options = {"threads": max(1, ctx.threads)}
-        results = solver.solve(m, load_solutions=False)
+        # the legacy solve() resets the config from its arguments: pass them there
+        results = solver.solve(m, load_solutions=False, timelimit=None if remaining is None else max(1.0, remaining),
+                               tee=bool(self.options.get("log", False)))
         tc = str(results.solver.termination_condition)
         info["lp_time_s"] = time.perf_counter() - t0
         info["termination"] = tc
@@ -262,17 +262,17 @@ def _support_milp(sg, objective: str, support: list[int], ctx: SolveContext, tim
     """
     import pyomo.environ as pyo
 
-    from formulations.milp import build_milp, solution_arcs
+    from formulations.milp import build_milp, fresh_highs_threads, solution_arcs
 
     if not support:
         return []
     m = build_milp(sg, objective, arcs=support)
     solver = pyo.SolverFactory("appsi_highs")
     remaining = ctx.remaining()
-    solver.config.time_limit = max(1.0, min(time_limit, remaining) if remaining is not None else time_limit)
-    solver.config.stream_solver = False
+    fresh_highs_threads()
     solver.highs_options = {"threads": max(1, ctx.threads)}
-    results = solver.solve(m, load_solutions=False)
+    results = solver.solve(m, load_solutions=False,
+                           timelimit=max(1.0, min(time_limit, remaining) if remaining is not None else time_limit))
     if str(results.solver.termination_condition) in ("infeasible", "infeasibleOrUnbounded"):
         return []
     try:
