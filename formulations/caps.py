@@ -119,9 +119,12 @@ class Fixing:
 
 def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndarray, usable: np.ndarray,
                    W: np.ndarray, K: np.ndarray, base: np.ndarray, term: np.ndarray, pa: PathArrays):
-    """Optimal duals of the path-flow LP's memory rows (``lam``) and working-set rows (``nu``),
-    by HiGHS: the multipliers whose Lagrangian bound equals the LP bound. None when the LP
-    has no solution (then the graph holds no plan)."""
+    """Prices for the memory rows (``lam``) and working-set rows (``nu``) of the path-flow LP,
+    by HiGHS: ``([(lam, nu)], False)`` with its optimal duals (their Lagrangian bound is the LP
+    bound), or whatever duals it has (zeros if none) when it stops otherwise. When HiGHS finds
+    the LP infeasible: ``(candidates, True)``, prices from its Farkas ray, for the caller to
+    check. Any nonnegative prices give a valid bound, since the bound is computed from
+    shortest paths, never taken from the LP."""
     import highspy
 
     n_layers = len(sg.instance.graph.layers)
@@ -172,7 +175,8 @@ def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndar
     inf = highspy.kHighsInf
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = n_cols, n_rows
-    scale = 1.0 / max(float(np.min(term)) if n_term else 1.0, 1e-12)  # objective near 1
+    cheapest = float(np.min(pa.prefix(np.where(usable, base, np.inf))[pa.term_nodes] + term))
+    scale = 1.0 / cheapest if math.isfinite(cheapest) and cheapest > 0 else 1.0  # objective near 1
     cc = np.concatenate([np.where(usable, base, 0.0), term, np.zeros(k)]) * scale
     lp.col_cost_ = cc
     lp.col_lower_ = np.zeros(n_cols)
@@ -190,21 +194,33 @@ def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndar
     h.passModel(lp)
     try:
         h.run()
-        optimal = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
-        dual = np.asarray(h.getSolution().row_dual) if optimal else None
+        status = h.getModelStatus()
+        infeasible = status == highspy.HighsModelStatus.kInfeasible
+        if infeasible:  # a Farkas ray of the rows: its prices make every path pay more than 0
+            _, has_ray, ray = h.getDualRay()
+            dual = np.asarray(ray) if has_ray else np.zeros(n_rows)
+        else:
+            sol = h.getSolution()
+            dual = np.asarray(sol.row_dual) if sol.dual_valid else np.zeros(n_rows)
     finally:
         # HiGHS keeps one thread scheduler per process, sized by its first run: free it, or a
         # later solve with another thread count (the MILP's) fails
         h.resetGlobalScheduler(True)
-    if dual is None:
-        return None
-    lam = np.maximum(0.0, -dual[r0:r1] * kb / scale)
-    nu = np.zeros((n_layers, k))
-    for (l, j), y in zip(work_rows, dual[r1:]):
-        nu[l, j] = max(0.0, -y * kb / scale)
-    over = nu.sum(axis=0)
-    shrink = np.where(over > lam, lam / np.maximum(over, 1e-300), 1.0)  # keep sum(nu) <= lam exactly
-    return lam, nu * shrink
+    if len(dual) != n_rows:
+        dual = np.zeros(n_rows)
+
+    def prices(y):
+        lam = np.maximum(0.0, -y[r0:r1] * kb / scale)
+        nu = np.zeros((n_layers, k))
+        for (l, j), v in zip(work_rows, y[r1:]):
+            nu[l, j] = max(0.0, -v * kb / scale)
+        over = nu.sum(axis=0)
+        shrink = np.where(over > lam, lam / np.maximum(over, 1e-300), 1.0)  # keep sum(nu) <= lam exactly
+        return lam, nu * shrink
+
+    if infeasible:  # the ray's sign convention is HiGHS's: offer both, the caller checks them
+        return [prices(dual), prices(-dual)], True
+    return [prices(dual)], False
 
 
 def lagrangian_fixing(sg: StageGraph, objective: str, caps: list[int | None],
@@ -239,10 +255,17 @@ def lagrangian_fixing(sg: StageGraph, objective: str, caps: list[int | None],
         earlier = _priced(data, prior.lam, prior.nu)
         usable = usable & earlier.keep(upper)
         within = upper
-    duals = lp_multipliers(sg, objective, devs, cap, usable, W, K, base, term, pa) if k else None
-    if duals is None and k:
-        return _priced(data, np.zeros(k), np.zeros((n_layers, k)), nothing=True, within=within)
-    lam, nu = duals if k else (np.zeros(0), np.zeros((n_layers, 0)))
+    lam, nu = np.zeros(k), np.zeros((n_layers, k))
+    if k:
+        candidates, infeasible = lp_multipliers(sg, objective, devs, cap, usable, W, K, base, term, pa)
+        if infeasible:
+            # proven only if the ray's prices make every path within reach pay more than
+            # nothing for the caps alone (costs left out): then no path meets them
+            free = (pa, devs, cap, W, K, np.zeros_like(base), usable, term * 0, first, last)
+            if any(_priced(free, *c).bound > 1e-9 * max(float(c[0] @ cap), 1e-300) for c in candidates):
+                return _priced(data, lam, nu, nothing=True, within=within)
+        else:
+            lam, nu = candidates[0]
     fix = _priced(data[:6] + (usable,) + data[7:], lam, nu, within=within)
     if earlier is not None:  # the arcs the prior multipliers dropped keep their bounds
         fix.through = np.where(usable, fix.through, earlier.through)

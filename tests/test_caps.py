@@ -132,3 +132,20 @@ def test_milp_with_two_threads_after_the_caps_lp():
     get_planner("dp").solve(sg.instance, objective="latency", threads=1)
     res = get_planner("milp").solve(sg.instance, objective="latency", threads=2)
     assert res.status == "optimal", res.message
+
+
+@pytest.mark.parametrize("status", ["kUnknown", "kInfeasible"])
+def test_an_lp_that_does_not_finish_proves_nothing(monkeypatch, status):
+    """HiGHS stopping without an optimum (or claiming infeasibility it cannot back with a
+    ray) must not become a proof that no plan meets the caps."""
+    import highspy
+    sg, caps, paths = capped_graph("chain", "latency", 0.9)
+    opt = min(v for _, v in paths)
+    monkeypatch.setattr(highspy.Highs, "getModelStatus", lambda self: getattr(highspy.HighsModelStatus, status))
+    monkeypatch.setattr(highspy.Highs, "getDualRay", lambda self: (None, False, []))
+    fix = lagrangian_fixing(sg, "latency", caps)
+    assert fix.bound <= opt * (1 + 1e-9)
+    if status == "kInfeasible":  # unproven: no prices at all
+        assert not fix.lam.any()
+    found = capped_shortest_path(sg, "latency", caps, fixing=fix)
+    assert found.value == pytest.approx(opt, rel=1e-9)
