@@ -83,3 +83,20 @@ def test_bound_after_each_stage_never_exceeds_the_best_rest_of_the_plan(case):
             after = float(bounds.after(a.option.first, a.option.last, dict(full.nodes[a.tail][1]))[oi])
             assert after <= suf[a.head] * (1 + 1e-9) + 1e-12
         assert bounds.misses == 0
+
+
+@pytest.mark.parametrize("case", ["chain", "residual-external", "chain-3dev"])
+def test_rounds_sharing_a_memo_build_the_same_graphs(case):
+    """The exact planners' rounds reuse priced arcs and the options sorted near the bound
+    (``memo``); each round's graph must be the one a fresh enumeration builds."""
+    inst = ALL[case]()
+    _, opt = shortest_path(build_stage_graph(inst), "latency")
+    bounds = layout_bounds(inst, "latency")
+    memo: dict = {}
+    for factor in (1.0, 1.004, 1.02, 1.01, 1.2, 2.0, 1.0):
+        upper = opt * factor
+        fresh = build_stage_graph(inst, objective="latency", upper=upper, bounds=bounds)
+        again = build_stage_graph(inst, objective="latency", upper=upper, bounds=bounds, memo=memo)
+        assert arc_keys(again) == arc_keys(fresh)
+        assert again.outside == pytest.approx(fresh.outside, rel=1e-12)
+    assert memo

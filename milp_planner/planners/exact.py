@@ -61,7 +61,8 @@ class GraphSolve:
 class WarmStart(NamedTuple):
     """The DP's plan for one stage graph, its value, the DP bound (None: not a bound) and
     whether the plan meets the caps; ``capped_exact``: it is the best plan within the memory
-    caps no worse than the round's bound, or there is none (``arcs`` empty); ``fixing``: the
+    caps no worse than the round's bound, or there is none (``arcs`` empty, or a plan within
+    the caps above the bound); ``fixing``: the
     Lagrangian bounds of the memory caps on every arc, when the caps bind."""
 
     arcs: list[int]
@@ -120,8 +121,11 @@ class ExactPlanner(Planner):
         the constrained search's (the best plan within the memory caps, or none)."""
         arcs, value, dp_bound, feasible = ws[:4]
         if ws.capped_exact:
+            cut = _cutoff(sg, ctx.objective, ws)
             if not feasible:
-                return GraphSolve([], None, None, False, infeasible=True, cutoff=_cutoff(sg, ctx.objective, ws))
+                return GraphSolve([], None, None, False, infeasible=True, cutoff=cut)
+            if cut is not None and value > _loose(cut):  # none within the cutoff, this one above it
+                return GraphSolve(arcs, value, None, False, infeasible=True, cutoff=cut)
             return GraphSolve(arcs, value, value, True)
         if not feasible:
             return GraphSolve([], None, dp_bound, False)
@@ -323,16 +327,30 @@ class ExactPlanner(Planner):
             now = time.perf_counter()
             # at most a third of the time left: the solvers need the rest if it gives up
             until = None if deadline is None else now + max(0.0, deadline - now) / 3
-            try:
-                found = None if fixing.bound > _loose(upper) else capped_shortest_path(
-                    sg, objective, caps, upper=upper, max_labels=int(self.options.get("max_labels", 2_000_000)),
-                    deadline=until, fixing=fixing)
-            except LabelLimit:
-                found = False
+            found = None
+            if fixing.bound <= _loose(upper):
+                # deepening: a search within a smaller bound keeps far fewer labels, and finds
+                # the optimum whenever it lies there; each empty search proves its bound
+                lo = fixing.bound
+                steps = [lo + (upper - lo) / 4, upper] if math.isfinite(upper) else [upper]
+                for step in steps:
+                    try:
+                        found = capped_shortest_path(
+                            sg, objective, caps, upper=step, deadline=until, fixing=fixing,
+                            max_labels=int(self.options.get("max_labels", 2_000_000)))
+                    except LabelLimit:
+                        found = False
+                        break
+                    if found.arcs:
+                        upper = step  # the support holds for this bound
+                        break
+                    bound = max(bound, step)  # no plan of the graph within the caps up to here
             if found is None or (found and not found.arcs):  # nothing within the caps and the bound
                 if fixing.incumbent is None:
                     return WarmStart([], math.inf, bound, False, capped_exact=True, fixing=fixing)
-                found = False
+                # the Lagrangian's plan meets the caps above the bound: the next round's
+                return WarmStart(fixing.incumbent[0], fixing.incumbent[1], bound, True, capped_exact=True,
+                                 fixing=fixing)
             if found:
                 return WarmStart(found.arcs, found.value, bound, True, capped_exact=True, fixing=fixing,
                                  support=(upper, found.support))
