@@ -89,6 +89,18 @@ class PathArrays:
         return path[::-1]
 
 
+def cap_arrays(sg: StageGraph, caps: list[int | None]):
+    """(capped devices, their caps, weights and working sets per arc x capped device, arcs
+    that overflow no cap alone), in bytes as int64 so that a cap compares exactly."""
+    devs = [d for d, c in enumerate(caps) if c is not None]
+    n_arcs = len(sg.arcs)
+    cap = np.array([caps[d] for d in devs], dtype=np.int64)
+    W = np.array([[a.weights[d] for d in devs] for a in sg.arcs], dtype=np.int64).reshape(n_arcs, len(devs))
+    K = np.array([[a.working[d] for d in devs] for a in sg.arcs], dtype=np.int64).reshape(n_arcs, len(devs))
+    fits = ~((W + K) > cap).any(axis=1) if devs else np.ones(n_arcs, dtype=bool)
+    return devs, cap, W, K, fits
+
+
 @dataclass
 class Fixing:
     """What the Lagrangian proves about one stage graph, for a cutoff value."""
@@ -109,12 +121,6 @@ class Fixing:
         if upper > self.within * (1 + 1e-12):
             raise ValueError(f"these bounds hold only up to {self.within!r}, not {upper!r}")
         return np.isfinite(self.through) & (self.through <= upper * (1 + 1e-9) + 1e-12)
-    def label_floor(self, node: int, boundary: int, cost: float, weights, working) -> float:
-        """A lower bound on every plan that meets the caps and extends a partial plan ending at
-        ``node`` (before layer ``boundary``) with this cost, weights and largest working sets
-        per capped device (in the order of ``devices``)."""
-        w, m = np.asarray(weights, dtype=float), np.asarray(working, dtype=float)
-        return float(cost + self.lam @ (w - self.caps) + (self.lam - self.nu_after[boundary]) @ m + self.suf[node])
 
 
 def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndarray, usable: np.ndarray,
@@ -235,14 +241,11 @@ def lagrangian_fixing(sg: StageGraph, objective: str, caps: list[int | None],
     the rest; the bounds then hold for plans no worse than ``upper`` (``Fixing.within``).
     """
     pa = arrays or PathArrays(sg)
-    devs = [d for d, c in enumerate(caps) if c is not None]
-    cap = np.array([caps[d] for d in devs], dtype=float)
+    devs, cap, W, K, usable = cap_arrays(sg, caps)
+    cap, W, K = cap.astype(float), W.astype(float), K.astype(float)
     n_arcs, k = len(sg.arcs), len(devs)
     n_layers = len(sg.instance.graph.layers)
-    W = np.array([[a.weights[d] for d in devs] for a in sg.arcs], dtype=float).reshape(n_arcs, k)
-    K = np.array([[a.working[d] for d in devs] for a in sg.arcs], dtype=float).reshape(n_arcs, k)
     base = np.array(arc_cost(sg, objective), dtype=float)
-    usable = ~((W + K) > cap).any(axis=1) if k else np.ones(n_arcs, dtype=bool)
     tdict = terminal_cost(sg, objective)
     term = np.array([tdict[int(t)] for t in pa.term_nodes], dtype=float)
     first = np.fromiter((a.option.first for a in sg.arcs), dtype=np.int64, count=n_arcs)
@@ -387,11 +390,7 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
     term = np.full(sg.n_nodes, np.inf)
     for t, c in tdict.items():
         term[t] = c
-    capped = [d for d, c in enumerate(caps) if c is not None]
-    Wall = np.array([[a.weights[d] for d in capped] for a in sg.arcs], dtype=np.int64).reshape(n_arcs, len(capped))
-    Kall = np.array([[a.working[d] for d in capped] for a in sg.arcs], dtype=np.int64).reshape(n_arcs, len(capped))
-    capv = np.array([caps[d] for d in capped], dtype=np.int64)
-    usable = ~((Wall + Kall) > capv).any(axis=1) if capped else np.ones(n_arcs, dtype=bool)
+    capped, capv, Wall, Kall, usable = cap_arrays(sg, caps)
     if fixing is not None:
         assert list(fixing.devices) == capped, "the fixing was computed for other caps"
         usable &= fixing.keep(upper)
@@ -452,18 +451,17 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
         heads = pa.head[A]
         step = max(1, 1_000_000 // len(A))  # labels per block: bounded temporaries
         for lo in range(0, len(C), step):
-            waiting += _extend(C[lo:lo + step], Wl[lo:lo + step], Ml[lo:lo + step], gid[lo:lo + step], A, heads,
-                    cost, suf, W, K, capv, slack, support, pending,
-                    None if fixing is None else (lam_t, spare[bnd[heads]], lsuf[heads]))
+            block = slice(lo, lo + step)
+            waiting += _extend(C[block], Wl[block], Ml[block], gid[block], A, heads, cost, suf, W, K, capv,
+                               slack, support, pending,
+                               None if fixing is None else (lam_t, spare[bnd[heads]], lsuf[heads]))
             if waiting > 4 * max_labels:
                 raise LabelLimit(f"more than {4 * max_labels} labels waiting")
     if best is None:
         return CappedPath([], math.inf, np.zeros(n_arcs, dtype=bool))
     parent, arc_of = np.concatenate(parents), np.concatenate(via)
     path, g = [], best[1]
-    while parent[g] >= 0 or arc_of[g] >= 0:
+    while arc_of[g] >= 0:  # the source's label has no arc
         path.append(int(arc_of[g]))
         g = int(parent[g])
-        if g < 0:
-            break
     return CappedPath(path[::-1], best[0], support)

@@ -199,12 +199,12 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
         for nid in sorted(frontier.get(b, ()), key=lambda i: prefix[i]):
             _, state = nodes[nid]
             owners = dict(state)
-            priced = memo.setdefault((b, state), {})
+            nears, priced = memo.setdefault((b, state), ({}, {}))  # per end layer; per (end, option)
             gs = prefix[nid]
             for e in range(b, min(n, b + fl)):
                 tab = bounds.tables[(b, e)]
                 need = slack - gs  # the options whose floor with what is left fits
-                near = priced.get(e)  # int keys: the options near the bound; (e, option): priced arcs
+                near = nears.get(e)
                 if near is None or need > near[2]:
                     after = bounds.after(b, e, owners)
                     v = exact.floors(tab, owners) * (1 - 1e-9) + after
@@ -215,7 +215,7 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
                     rest = v[v > thr]
                     near = (v[idx], idx, thr, after[idx], float(rest.min()) if len(rest) else math.inf)
                     if bounded:
-                        priced[e] = near
+                        nears[e] = near
                 vals, idx, thr, after_of, beyond = near
                 k = int(np.searchsorted(vals, need, side="right"))
                 if k < len(vals) or math.isfinite(beyond):

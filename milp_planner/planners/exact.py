@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from formulations.caps import Fixing, LabelLimit, capped_shortest_path, lagrangian_fixing
+from formulations.caps import Fixing, LabelLimit, PathArrays, capped_shortest_path, lagrangian_fixing
 from formulations.dp import ADDITIVE, arc_cost, prefix_suffix, shortest_path, terminal_cost
 from formulations.relaxation import layout_bounds
 from formulations.stagegraph import SpaceTooLarge, StageGraph, build_stage_graph, stage_options
@@ -320,7 +320,8 @@ class ExactPlanner(Planner):
         if best is None and objective in ADDITIVE and only_memory and self.options.get("capped_search", True):
             partial = sg.upper is not None and math.isfinite(sg.outside)
             upper = sg.upper if partial else math.inf
-            fixing = lagrangian_fixing(sg, objective, caps, prior=prior, upper=upper)
+            arrays = PathArrays(sg)  # shared by the LP's bounds and every search below
+            fixing = lagrangian_fixing(sg, objective, caps, arrays=arrays, prior=prior, upper=upper)
             bound = max(bound, fixing.bound)
             if fixing.incumbent is not None:
                 upper = min(upper, fixing.incumbent[1])
@@ -336,7 +337,7 @@ class ExactPlanner(Planner):
                 for step in steps:
                     try:
                         found = capped_shortest_path(
-                            sg, objective, caps, upper=step, deadline=until, fixing=fixing,
+                            sg, objective, caps, upper=step, deadline=until, fixing=fixing, arrays=arrays,
                             max_labels=int(self.options.get("max_labels", 2_000_000)))
                     except LabelLimit:
                         found = False
