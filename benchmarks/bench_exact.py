@@ -30,7 +30,7 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def make_instance(model: str, n_dev: int, fusion: int, splits: list[str], caps_mb=None):
-    from milp_planner.instance_file import instance_from_dict
+    from milp_planner.instance.reader import instance_from_dict
 
     devices = []
     for i in range(n_dev):
@@ -46,7 +46,7 @@ def make_instance(model: str, n_dev: int, fusion: int, splits: list[str], caps_m
 
 
 def run_config(cfg: dict, queue) -> None:
-    from milp_planner.evaluator import evaluate
+    from milp_planner.cost.evaluator import evaluate
     from milp_planner.planners import get_planner
 
     out = dict(cfg)

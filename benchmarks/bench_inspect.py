@@ -75,7 +75,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     import onnx
 
-    from milp_planner.models import load_graph
+    from milp_planner.model.loading import load_graph
 
     load = os.getloadavg()[0]
     run_once([sys.executable, "-c", "import onnx, numpy, rich"])
@@ -86,7 +86,7 @@ def main() -> int:
     targets = list(a.targets)
     tmp = tempfile.TemporaryDirectory()
     if a.exported:
-        from milp_planner import zoo
+        from milp_planner.model import zoo
 
         path = Path(tmp.name) / "vgg19.onnx"
         zoo.export("vgg19", path)

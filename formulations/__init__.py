@@ -10,11 +10,11 @@
 - ``sg.plan_from_arcs(arcs)``: a solved model back into a ``Plan``.
 """
 
-from .caps import CappedPath, Fixing, capped_shortest_path, lagrangian_fixing
-from .cpsat import CpsatModel, build_cpsat
-from .dp import prefix_suffix, shortest_path
-from .milp import build_milp, solution_arcs
-from .stagegraph import Arc, StageGraph, StageOption, build_stage_graph, stage_options
+from formulations.caps import CappedPath, Fixing, capped_shortest_path, lagrangian_fixing
+from formulations.cpsat import CpsatModel, build_cpsat
+from formulations.dp import prefix_suffix, shortest_path
+from formulations.milp import build_milp, solution_arcs
+from formulations.stagegraph import Arc, StageGraph, StageOption, build_stage_graph, stage_options
 
 __all__ = ["Arc", "StageGraph", "StageOption", "build_stage_graph", "stage_options", "shortest_path",
            "prefix_suffix", "capped_shortest_path", "lagrangian_fixing", "CappedPath", "Fixing", "build_milp", "solution_arcs", "build_cpsat", "CpsatModel"]

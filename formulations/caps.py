@@ -30,8 +30,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .dp import arc_cost, terminal_cost
-from .stagegraph import StageGraph
+from formulations.dp import arc_cost, terminal_cost
+from formulations.stagegraph import StageGraph
 
 
 class PathArrays:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from .stagegraph import StageGraph
+from formulations.stagegraph import StageGraph
 
 TIME_RES = 1e-9  # seconds per unit
 ENERGY_RES = 1e-9  # joules per unit

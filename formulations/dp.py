@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from .stagegraph import StageGraph
+from formulations.stagegraph import StageGraph
 
 ADDITIVE = ("latency", "energy")
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import pyomo.environ as pyo
 
-from .stagegraph import StageGraph
+from formulations.stagegraph import StageGraph
 
 
 def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,

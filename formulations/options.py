@@ -15,11 +15,11 @@ from math import perm
 import numpy as np
 
 from milp_planner.errors import PlannerError
-from milp_planner.evaluator import Pricer
-from milp_planner.geometry import PartGeometry
+from milp_planner.cost.evaluator import Pricer
+from milp_planner.space.geometry import PartGeometry
 from milp_planner.instance import Instance
-from milp_planner.plan import Part, Stage
-from milp_planner.space import cut_vectors, ranges_from_cuts, stage_extent
+from milp_planner.space.plan import Part, Stage
+from milp_planner.space.cuts import cut_vectors, ranges_from_cuts, stage_extent
 
 
 class SpaceTooLarge(PlannerError):

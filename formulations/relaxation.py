@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from milp_planner.evaluator import Pricer, pricer
-from milp_planner.graph import last_readers
+from milp_planner.cost.evaluator import Pricer, pricer
+from milp_planner.model.graph import last_readers
 from milp_planner.instance import Instance
 
-from .options import StageGroup, stage_groups
+from formulations.options import StageGroup, stage_groups
 
 
 @dataclass

@@ -26,14 +26,14 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from milp_planner.evaluator import EXTERNAL, Pricer, pricer
-from milp_planner.graph import last_readers
-from milp_planner.geometry import full_region, intersect_cells, union_cells
+from milp_planner.cost.evaluator import EXTERNAL, Pricer, pricer
+from milp_planner.model.graph import last_readers
+from milp_planner.space.geometry import full_region, intersect_cells, union_cells
 from milp_planner.instance import Instance
-from milp_planner.plan import Plan
+from milp_planner.space.plan import Plan
 
-from .options import SpaceTooLarge, StageOption, stage_options
-from .relaxation import LayoutBounds, box_cells, layout_bounds
+from formulations.options import SpaceTooLarge, StageOption, stage_options
+from formulations.relaxation import LayoutBounds, box_cells, layout_bounds
 
 
 @dataclass

@@ -1,3 +1,3 @@
-from .cli import main
+from milp_planner.cli import main
 
 raise SystemExit(main())

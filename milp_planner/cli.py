@@ -11,8 +11,8 @@ import json
 import sys
 import warnings
 
-from . import __version__
-from .errors import PlannerError
+from milp_planner import __version__
+from milp_planner.errors import PlannerError
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -33,9 +33,9 @@ def _print_json(obj) -> None:
 
 
 def cmd_inspect(args) -> int:
-    from .inspection import inspect_json, render_inspect
-    from .models import load_graph_or_instance
-    from .onnx_import import ModelWarning
+    from milp_planner.model.inspection import inspect_json, render_inspect
+    from milp_planner.instance import load_graph_or_instance
+    from milp_planner.model.onnx_import import ModelWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ModelWarning)  # the table lists them once
@@ -48,7 +48,7 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_zoo(args) -> int:
-    from . import zoo
+    from milp_planner.model import zoo
 
     if args.zoo_cmd == "list" or args.zoo_cmd is None:
         for name in zoo.names():
@@ -60,15 +60,15 @@ def cmd_zoo(args) -> int:
 
 
 def _load_instance(args):
-    from .instance import load_instance
+    from milp_planner.instance import load_instance
 
     return load_instance(args.instance, input_shape=getattr(args, "input_shape", None))
 
 
 def cmd_evaluate(args) -> int:
-    from .evaluator import evaluate
-    from .plan import Plan
-    from .render import render_metrics
+    from milp_planner.cost.evaluator import evaluate
+    from milp_planner.space.plan import Plan
+    from milp_planner.report.terminal import render_metrics
 
     inst = _load_instance(args)
     plan = Plan.load(args.plan)
@@ -81,10 +81,10 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from .evaluator import evaluate
-    from .instance import load_instance
-    from .plan import Plan
-    from .render import render_plan
+    from milp_planner.cost.evaluator import evaluate
+    from milp_planner.instance import load_instance
+    from milp_planner.space.plan import Plan
+    from milp_planner.report.terminal import render_plan
 
     inst = load_instance(args.instance)
     plan = Plan.load(args.plan)
@@ -93,7 +93,7 @@ def cmd_show(args) -> int:
 
 
 def cmd_planners(args) -> int:
-    from .planners import planner_class, planner_names
+    from milp_planner.planners import planner_class, planner_names
 
     rows = []
     for name in planner_names():
@@ -117,8 +117,8 @@ def cmd_planners(args) -> int:
 
 
 def cmd_solve(args) -> int:
-    from .planners import get_planner
-    from .render import progress_printer, render_result
+    from milp_planner.planners import get_planner
+    from milp_planner.report.terminal import progress_printer, render_result
 
     inst = _load_instance(args)
     options = {}
@@ -147,7 +147,7 @@ def cmd_solve(args) -> int:
 
 
 def _add_report(sub):
-    from .report.cli import add_report_parser
+    from milp_planner.report.cli import add_report_parser
 
     add_report_parser(sub)
 

@@ -85,8 +85,8 @@ if __name__ == "__main__":
         r, o = fit(unit)
         print("fitted:", end=" ")
         report(unit, r, o, power(unit))
-    # The values rounded into milp_planner/profiles.py:
-    from milp_planner.profiles import PROFILES
+    # The values rounded into milp_planner/instance/profiles.py:
+    from milp_planner.instance.profiles import PROFILES
 
     for unit in ("cpu", "gpu"):
         c = PROFILES[f"xavier-nx-{unit}"]
@@ -94,7 +94,7 @@ if __name__ == "__main__":
         report(unit, float(c["compute"]["macs_per_s"]), float(c["compute"]["overhead_s"]),
                float(c["power_w"]["compute"]))
     # What the planner itself charges: the zoo graphs' MACs + ops and their folded layers.
-    from milp_planner.models import load_graph
+    from milp_planner.model.loading import load_graph
 
     for unit in ("cpu", "gpu"):
         c = PROFILES[f"xavier-nx-{unit}"]["compute"]

@@ -348,7 +348,7 @@ EXAMPLES = [
 
 
 def main() -> None:
-    from milp_planner import zoo  # the zoo decides which of the papers' networks exist
+    from milp_planner.model import zoo
 
     have = set(zoo.names())
     diapason()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fractions import Fraction as F
 
-from milp_planner.devices import CostModel, Device, Power
-from milp_planner.graph import Layer, LayerGraph, RowDep
+from milp_planner.instance.devices import CostModel, Device, Power
+from milp_planner.model.graph import Layer, LayerGraph, RowDep
 from milp_planner.instance import Constraints, Instance, SearchSpace
-from milp_planner.network import Endpoint, Network
+from milp_planner.instance.network import Endpoint, Network
 
 CONV3 = RowDep("window", kernel=3, stride=1, pad_top=1)
 IDENT = RowDep("identity")

@@ -12,10 +12,10 @@ import pytest
 from builders import chain_graph, device, fc_graph, make_instance, residual_graph
 
 from milp_planner.errors import PlannerError
-from milp_planner.evaluator import evaluate, lower_bound_latency
+from milp_planner.cost.evaluator import evaluate, lower_bound_latency
 from milp_planner.instance import Constraints, SearchSpace
-from milp_planner.network import Endpoint
-from milp_planner.plan import Part, Plan, Stage
+from milp_planner.instance.network import Endpoint
+from milp_planner.space.plan import Part, Plan, Stage
 
 A, B = device("a"), device("b")
 
@@ -196,7 +196,7 @@ def test_lower_bound():
 
 def test_cli_evaluate_json(tmp_path, capsys):
     """`milp-planner evaluate` via an instance dict saved by the instance loader."""
-    pytest.importorskip("milp_planner.instance_file")
+    pytest.importorskip("milp_planner.instance.reader")
     from milp_planner.cli import main
 
     inst_file = tmp_path / "i.yaml"

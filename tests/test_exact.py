@@ -5,10 +5,10 @@ from dataclasses import replace
 import pytest
 from builders import chain_graph, device, fc_graph, make_instance, residual_graph
 
-from milp_planner.evaluator import evaluate
+from milp_planner.cost.evaluator import evaluate
 from milp_planner.instance import Constraints, SearchSpace
-from milp_planner.network import Endpoint
-from milp_planner.plan import Plan
+from milp_planner.instance.network import Endpoint
+from milp_planner.space.plan import Plan
 from milp_planner.planners import get_planner
 
 OBJECTIVES = ["latency", "energy", "period", "memory"]

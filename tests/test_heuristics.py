@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from milp_planner.cli import main
-from milp_planner.evaluator import evaluate
-from milp_planner.instance_file import instance_from_dict, parse_text
-from milp_planner.models import load_graph
-from milp_planner.plan import Plan, check_plan
+from milp_planner.cost.evaluator import evaluate
+from milp_planner.instance.reader import instance_from_dict, parse_text
+from milp_planner.model.loading import load_graph
+from milp_planner.space.plan import Plan, check_plan
 from milp_planner.planners import get_planner, planner_class, planner_names
 from milp_planner.planners.common import Sim, evaluate_tuples, proportional_counts, stage_dp
 from milp_planner.planners.distredge_lcpss import lcpss_volumes

@@ -12,8 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from milp_planner.cli import main
 from milp_planner.errors import PlannerError
-from milp_planner.graph import EMPTY, RowDep, input_rows
-from milp_planner.onnx_import import ModelWarning, import_onnx
+from milp_planner.model.graph import EMPTY, RowDep, input_rows
+from milp_planner.model.onnx_import import ModelWarning, import_onnx
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -515,7 +515,7 @@ def test_external_data_is_never_read(tmp_path):
 
 
 def test_inline_weights_file_is_read_without_its_weight_data(tmp_path):
-    from milp_planner.onnx_import import SKIM_BYTES, _skim
+    from milp_planner.model.onnx_import import SKIM_BYTES, _skim
 
     big = w("w", 64, 32, 3, 3)  # raw_data, 73 KB
     ones = np.ones(16384, np.float32).tolist()

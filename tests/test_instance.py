@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from milp_planner.devices import layer_time
+from milp_planner.instance.devices import layer_time
 from milp_planner.errors import PlannerError
-from milp_planner.graph import Layer, LayerGraph, RowDep
+from milp_planner.model.graph import Layer, LayerGraph, RowDep
 from milp_planner.instance import load_instance
-from milp_planner.instance_file import instance_from_dict, parse_text, read_instance
-from milp_planner.profiles import PROFILES, profile
+from milp_planner.instance.reader import instance_from_dict, parse_text, read_instance
+from milp_planner.instance.profiles import PROFILES, profile
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTANCES = ROOT / "instances"
@@ -236,7 +236,7 @@ def test_xavier_profiles_match_autodice_table_ii(unit, net, macs, layers, measur
 
 
 def test_input_shape_argument_overrides_file(monkeypatch):
-    import milp_planner.models as models
+    import milp_planner.instance.reader as models
 
     seen = {}
 
@@ -255,7 +255,7 @@ def test_input_shape_argument_overrides_file(monkeypatch):
 
 
 def test_model_path_is_relative_to_the_file(tmp_path, monkeypatch):
-    import milp_planner.models as models
+    import milp_planner.instance.reader as models
 
     seen = {}
     monkeypatch.setattr(models, "load_graph",
@@ -489,7 +489,7 @@ def test_every_instance_file_loads(path):
 
 
 def test_packaged_example_loads():
-    ref = resources.files("milp_planner") / "examples" / "tiny-2dev.yaml"
+    ref = resources.files("milp_planner") / "instance" / "examples" / "tiny-2dev.yaml"
     with resources.as_file(ref) as path:
         inst = load_instance(path)
     assert inst.name == "tiny-2dev" and len(inst.devices) == 2
@@ -502,7 +502,7 @@ def test_packaged_example_loads():
 
 def test_packaged_example_is_in_package_data():
     text = (ROOT / "pyproject.toml").read_text()
-    assert '"examples/*.yaml"' in text
+    assert "\"instance/examples/*.yaml\"" in text
 
 
 def test_every_profile_is_documented():

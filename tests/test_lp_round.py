@@ -14,8 +14,8 @@ from builders import chain_graph
 from test_exact import CASES, tiny
 
 from milp_planner.cli import main
-from milp_planner.evaluator import evaluate
-from milp_planner.plan import Plan, check_plan
+from milp_planner.cost.evaluator import evaluate
+from milp_planner.space.plan import Plan, check_plan
 from milp_planner.planners import get_planner, planner_class, planner_names
 
 OBJECTIVES = ["latency", "energy", "period", "memory"]

@@ -7,9 +7,9 @@ from builders import chain_graph, device, make_instance, residual_graph
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from milp_planner.evaluator import evaluate
-from milp_planner.network import Network
-from milp_planner.plan import Part, Plan, Stage
+from milp_planner.cost.evaluator import evaluate
+from milp_planner.instance.network import Network
+from milp_planner.space.plan import Part, Plan, Stage
 
 GRAPHS = {"chain": chain_graph(3), "residual": residual_graph()}
 DEVICES = [device("a", 1000, "0.01", power=(2, 1, 1)), device("b", 3000, "0.02", power=(5, 2, 1)),

@@ -11,16 +11,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from milp_planner.devices import CostModel, Device, Power  # noqa: E402
-from milp_planner.errors import PlannerError  # noqa: E402
-from milp_planner.evaluator import evaluate  # noqa: E402
-from milp_planner.graph import Layer, LayerGraph, RowDep  # noqa: E402
-from milp_planner.instance import Instance, SearchSpace  # noqa: E402
-from milp_planner.instance_file import instance_from_dict  # noqa: E402
-from milp_planner.network import Endpoint, Network  # noqa: E402
-from milp_planner.plan import Plan, check_plan  # noqa: E402
-from milp_planner.planners import get_planner, planner_class, planner_names  # noqa: E402
-from milp_planner.planners.diapason_model import build_relaxation  # noqa: E402
+from milp_planner.instance.devices import CostModel, Device, Power
+from milp_planner.errors import PlannerError
+from milp_planner.cost.evaluator import evaluate
+from milp_planner.model.graph import Layer, LayerGraph, RowDep
+from milp_planner.instance import Instance, SearchSpace
+from milp_planner.instance.reader import instance_from_dict
+from milp_planner.instance.network import Endpoint, Network
+from milp_planner.space.plan import Plan, check_plan
+from milp_planner.planners import get_planner, planner_class, planner_names
+from milp_planner.planners.diapason_model import build_relaxation
 
 # ---------------------------------------------------------------------------------------------
 # The hand-computed two-layer example

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from milp_planner.errors import PlannerError
-from milp_planner.evaluator import evaluate
-from milp_planner.geometry import round_half_up
-from milp_planner.plan import Part, Plan, Stage
+from milp_planner.cost.evaluator import evaluate
+from milp_planner.space.geometry import round_half_up
+from milp_planner.space.plan import Part, Plan, Stage
 from milp_planner.planners.base import Planner, PlanResult
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import PlannerError
-from .base import Planner, PlanResult, SolveContext
+from milp_planner.errors import PlannerError
+from milp_planner.planners.base import Planner, PlanResult, SolveContext
 
 # name -> "module:Class"
 _MODULES = {

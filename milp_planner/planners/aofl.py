@@ -23,9 +23,18 @@ Our reading and choices:
 
 from __future__ import annotations
 
-from .base import Planner, PlanResult, SolveContext
-from .common import (bandwidth, mean_in_bandwidth, rates, row_splittable, single, source_device,
-                     split_stage, stage_dp, to_plan)
+from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.common import (
+    bandwidth,
+    mean_in_bandwidth,
+    rates,
+    row_splittable,
+    single,
+    source_device,
+    split_stage,
+    stage_dp,
+    to_plan,
+)
 
 
 def aofl_weights(instance, first: int, last: int, rate=None) -> list[float]:

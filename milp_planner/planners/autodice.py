@@ -34,8 +34,8 @@ import math
 
 import numpy as np
 
-from .base import Planner, PlanResult, SolveContext
-from .common import evaluate_tuples, per_layer
+from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.common import evaluate_tuples, per_layer
 
 
 def spe_stages(points, n_layers: int, n_dev: int) -> list:

@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..evaluator import Metrics, evaluate
-from ..instance import Instance
-from ..plan import Plan
+from milp_planner.cost.evaluator import Metrics, evaluate
+from milp_planner.instance import Instance
+from milp_planner.space.plan import Plan
 
 STATUSES = ("optimal", "feasible", "infeasible", "timeout", "error")
 

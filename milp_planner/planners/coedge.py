@@ -27,9 +27,17 @@ Our reconstruction:
 
 from __future__ import annotations
 
-from .base import Planner, PlanResult, SolveContext
-from .common import (bandwidth, mean_in_bandwidth, rates, single, source_device, split_stage, stage_dp,
-                     to_plan)
+from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.common import (
+    bandwidth,
+    mean_in_bandwidth,
+    rates,
+    single,
+    source_device,
+    split_stage,
+    stage_dp,
+    to_plan,
+)
 
 
 def linear_model(instance):

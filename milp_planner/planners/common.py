@@ -23,12 +23,18 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence
 
-from ..evaluator import EXTERNAL, Metrics, evaluate, pricer
-from ..geometry import full_region, intersect_cells
-from ..graph import last_readers
-from ..instance import Instance
-from ..plan import Part, Plan, Stage
-from ..space import capacity_cuts, equal_cuts, ranges_from_cuts, speeds, whole_model_time
+from milp_planner.cost.evaluator import EXTERNAL, Metrics, evaluate, pricer
+from milp_planner.space.geometry import full_region, intersect_cells
+from milp_planner.model.graph import last_readers
+from milp_planner.instance import Instance
+from milp_planner.space.plan import Part, Plan, Stage
+from milp_planner.space.cuts import (
+    capacity_cuts,
+    equal_cuts,
+    ranges_from_cuts,
+    speeds,
+    whole_model_time,
+)
 
 StageT = tuple  # (first, last, axis, [(device index, range | None), ...])
 

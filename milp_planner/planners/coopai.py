@@ -24,9 +24,17 @@ partition opportunities as the menu:
 
 from __future__ import annotations
 
-from .base import Planner, PlanResult, SolveContext
-from .common import (capacity_ranges, equal_ranges, norm_stage, row_splittable, single, speed_weights,
-                     stage_dp, to_plan)
+from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.common import (
+    capacity_ranges,
+    equal_ranges,
+    norm_stage,
+    row_splittable,
+    single,
+    speed_weights,
+    stage_dp,
+    to_plan,
+)
 
 
 def partitioned(instance, first: int, last: int, mode: str = "capacity"):

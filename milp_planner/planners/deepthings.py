@@ -23,8 +23,15 @@ Neither planner consults ``fusion_limit`` or ``max_parts``; their plans can be o
 
 from __future__ import annotations
 
-from .base import Planner, PlanResult, SolveContext
-from .common import best_of, build_with_owners, equal_ranges, norm_stage, owner_of_most, per_layer
+from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.common import (
+    best_of,
+    build_with_owners,
+    equal_ranges,
+    norm_stage,
+    owner_of_most,
+    per_layer,
+)
 
 
 def equal_stage(instance, first: int, last: int, axis: str = "rows"):

@@ -64,10 +64,10 @@ from __future__ import annotations
 
 import math
 
-from ..errors import PlannerError
-from ..evaluator import evaluate
-from ..instance import Instance
-from .base import Planner, PlanResult, SolveContext
+from milp_planner.errors import PlannerError
+from milp_planner.cost.evaluator import evaluate
+from milp_planner.instance import Instance
+from milp_planner.planners.base import Planner, PlanResult, SolveContext
 
 DEFAULTS = {
     "lr": 0.4,
@@ -159,7 +159,7 @@ class Diapason(Planner):
 
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
         torch = import_torch(self.name)
-        from .diapason_model import build_relaxation
+        from milp_planner.planners.diapason_model import build_relaxation
 
         o = resolve_options(instance, self.options)
         with TorchState(torch, ctx.threads):

@@ -19,13 +19,19 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from math import sqrt
 
-from ..errors import PlannerError
-from ..evaluator import EXTERNAL, pricer
-from ..geometry import NOTHING, Region, StageGeometry, intersect_cells, round_half_up
-from ..graph import input_rows, length
-from ..instance import Instance
-from ..plan import Part, Plan, Stage
-from ..space import capacity_cuts, equal_cuts, ranges_from_cuts, speeds
+from milp_planner.errors import PlannerError
+from milp_planner.cost.evaluator import EXTERNAL, pricer
+from milp_planner.space.geometry import (
+    NOTHING,
+    Region,
+    StageGeometry,
+    intersect_cells,
+    round_half_up,
+)
+from milp_planner.model.graph import input_rows, length
+from milp_planner.instance import Instance
+from milp_planner.space.plan import Part, Plan, Stage
+from milp_planner.space.cuts import capacity_cuts, equal_cuts, ranges_from_cuts, speeds
 
 UNIT_SCALE = {"s": 1.0, "ms": 1000.0}
 

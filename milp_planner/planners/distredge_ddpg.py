@@ -51,12 +51,12 @@ ctx.threads (default 1) intra-op threads: the same seed gives the same plan.
 
 from __future__ import annotations
 
-from ..errors import PlannerError
-from ..evaluator import EXTERNAL, evaluate
-from ..geometry import intersect_cells
-from ..instance import Instance
-from .base import Planner, PlanResult, SolveContext
-from .diapason import TorchState, import_torch
+from milp_planner.errors import PlannerError
+from milp_planner.cost.evaluator import EXTERNAL, evaluate
+from milp_planner.space.geometry import intersect_cells
+from milp_planner.instance import Instance
+from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.diapason import TorchState, import_torch
 
 DEFAULTS = {
     "episodes": 300,
@@ -109,7 +109,7 @@ def _volumes(instance: Instance, o: dict, seed: int) -> list[tuple[int, int]]:
     else:
         import numpy as np
 
-        from .distredge_lcpss import lcpss_volumes
+        from milp_planner.planners.distredge_lcpss import lcpss_volumes
 
         vols = [tuple(v) for v in lcpss_volumes(instance, np.random.default_rng([seed, 1]),
                                                alpha=o["alpha"], n_random=o["n_random"])]
@@ -127,7 +127,7 @@ class _Episode:
     """The MDP: volumes to split (steps) and whole runs between them, priced like the evaluator."""
 
     def __init__(self, instance: Instance, vols, objective: str):
-        from .common import Sim
+        from milp_planner.planners.common import Sim
 
         self.instance = instance
         self.sim = Sim(instance)
@@ -191,7 +191,7 @@ class _Episode:
         return out
 
     def whole_run(self, first: int, last: int, owners) -> list:
-        from .common import chunks, owner_of_most
+        from milp_planner.planners.common import chunks, owner_of_most
 
         d = owner_of_most(self.instance, owners, first)
         if d == EXTERNAL:  # pragma: no cover - owner_of_most returns a device
@@ -199,7 +199,7 @@ class _Episode:
         return [(a, b, "none", ((d, None),)) for a, b in chunks(first, last, self.fusion_limit)]
 
     def split_stage(self, k: int, cuts: list[int]):
-        from .common import norm_stage
+        from milp_planner.planners.common import norm_stage
 
         first, last, _ = self.segments[k]
         h = self.instance.graph.layers[last].rows
@@ -220,7 +220,7 @@ class DistrEdgeDDPG(Planner):
         torch = import_torch(self.name)
         import numpy as np
 
-        from .common import to_plan
+        from milp_planner.planners.common import to_plan
 
         n_dev = len(instance.devices)
         o = _options(self.options, n_dev)

@@ -38,10 +38,17 @@ import time
 
 import numpy as np
 
-from ..evaluator import pricer
-from ..geometry import intersect_cells
-from .base import Planner, PlanResult, SolveContext
-from .common import evaluate_tuples, norm_stage, proportional_counts, score, single, speed_weights
+from milp_planner.cost.evaluator import pricer
+from milp_planner.space.geometry import intersect_cells
+from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.common import (
+    evaluate_tuples,
+    norm_stage,
+    proportional_counts,
+    score,
+    single,
+    speed_weights,
+)
 
 
 def _forced(instance) -> list[int]:

@@ -27,10 +27,10 @@ from formulations.dp import ADDITIVE, arc_cost, prefix_suffix, shortest_path, te
 from formulations.relaxation import layout_bounds
 from formulations.stagegraph import SpaceTooLarge, StageGraph, build_stage_graph, stage_options
 
-from ..errors import PlannerError
-from ..evaluator import evaluate_stages
-from ..instance import Instance
-from .base import Planner, PlanResult, SolveContext, space_dict
+from milp_planner.errors import PlannerError
+from milp_planner.cost.evaluator import evaluate_stages
+from milp_planner.instance import Instance
+from milp_planner.planners.base import Planner, PlanResult, SolveContext, space_dict
 
 REL_TOL = 1e-6
 
@@ -100,7 +100,7 @@ class ExactPlanner(Planner):
     def _fallback(self, instance, err: SpaceTimeout, kw) -> PlanResult:
         """Out of time before any plan: the best single-device plan (always in the space),
         with the bound proven so far."""
-        from . import get_planner
+        from milp_planner.planners import get_planner
 
         obj = kw.get("objective") or instance.objective
         proven = f"; proven bound {err.lower:.6g}" if err.lower else ""
@@ -625,7 +625,7 @@ class BruteForcePlanner(ExactPlanner):
         if best[1] is None:
             return PlanResult(self.name, "infeasible", obj, info=info,
                               message=f"none of the {count[0]} plans of the space is feasible")
-        from ..plan import Plan
+        from milp_planner.space.plan import Plan
 
         names = instance.device_names
         plan = Plan(instance.name, [o.to_stage(names) for o in best[1]])

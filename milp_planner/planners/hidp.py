@@ -33,12 +33,21 @@ from __future__ import annotations
 import itertools
 from fractions import Fraction
 
-from ..devices import CostModel, Device
-from ..instance import Constraints, Instance, SearchSpace
-from ..network import Endpoint, Network
-from .base import Planner, PlanResult, SolveContext
-from .common import (Sim, norm_stage, proportional_counts, rates, row_splittable, single, split_stage,
-                     stage_dp, to_plan)
+from milp_planner.instance.devices import CostModel, Device
+from milp_planner.instance import Constraints, Instance, SearchSpace
+from milp_planner.instance.network import Endpoint, Network
+from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.common import (
+    Sim,
+    norm_stage,
+    proportional_counts,
+    rates,
+    row_splittable,
+    single,
+    split_stage,
+    stage_dp,
+    to_plan,
+)
 
 
 def node_groups(instance) -> list[list[int]]:

@@ -52,10 +52,10 @@ from __future__ import annotations
 
 import time
 
-from ..evaluator import evaluate
-from ..instance import Instance
-from .base import PlanResult, SolveContext
-from .exact import ExactPlanner, _pruned_arcs
+from milp_planner.cost.evaluator import evaluate
+from milp_planner.instance import Instance
+from milp_planner.planners.base import PlanResult, SolveContext
+from milp_planner.planners.exact import ExactPlanner, _pruned_arcs
 
 FLOW_TIE = 1e-9  # flows closer than this are ties
 FRACTIONAL = 1e-6  # x in (1e-6, 1 - 1e-6) counts as fractional
@@ -170,7 +170,7 @@ class LPRoundPlanner(ExactPlanner):
 
 def _explain(sg, ctx) -> str:
     try:
-        from .exact import explain_infeasible
+        from milp_planner.planners.exact import explain_infeasible
 
         return explain_infeasible(sg, ctx)
     except Exception:  # pragma: no cover - the explanation is a courtesy

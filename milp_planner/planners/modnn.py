@@ -19,8 +19,8 @@ Our choices where the papers are silent:
 
 from __future__ import annotations
 
-from .base import Planner, SolveContext
-from .common import fastest_device, single, speed_weights, split_stage, to_plan
+from milp_planner.planners.base import Planner, SolveContext
+from milp_planner.planners.common import fastest_device, single, speed_weights, split_stage, to_plan
 
 
 def bodp_stages(instance, weights=None) -> list:

@@ -17,8 +17,8 @@ such). For ``period`` and ``memory``, which are not sums over stages, the DP min
 
 from __future__ import annotations
 
-from .base import Planner, PlanResult, SolveContext
-from .common import single, stage_dp, to_plan
+from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.common import single, stage_dp, to_plan
 
 
 class NeurosurgeonPlanner(Planner):

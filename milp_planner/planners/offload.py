@@ -12,8 +12,8 @@ itself) but with the smallest working sets, and which is inside every search spa
 
 from __future__ import annotations
 
-from .base import Planner, PlanResult, SolveContext
-from .common import best_of, per_layer
+from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.common import best_of, per_layer
 
 
 class OffloadPlanner(Planner):

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..space import cut_vectors, ranges_from_cuts, stage_extent
-from .base import Planner, PlanResult, SolveContext
-from .common import evaluate_tuples, norm_stage, score, single
+from milp_planner.space.cuts import cut_vectors, ranges_from_cuts, stage_extent
+from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.common import evaluate_tuples, norm_stage, score, single
 
 
 def random_stages(instance, rng: np.random.Generator) -> list:

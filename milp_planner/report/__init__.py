@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import PlannerError
+from milp_planner.errors import PlannerError
 
 __all__ = ["run_report", "ReportOutcome", "add_report_parser"]
 
@@ -30,7 +30,7 @@ class ReportOutcome:
 
 
 def _select_planners(planners) -> list[str]:
-    from ..planners import planner_class, planner_names
+    from milp_planner.planners import planner_class, planner_names
 
     if planners is None or planners == "all" or planners == ["all"]:
         names = planner_names()
@@ -62,12 +62,12 @@ def run_report(instances, planners="all", *, time_limit: float | None = 60.0, re
 
     Nothing is written to ``out`` until every run is back; each file is then written atomically.
     """
-    from ..instance import load_instance
-    from . import runner
-    from .document import build_document
-    from .html import render_html
-    from .markdown import render_markdown
-    from .results import build_rows, to_csv
+    from milp_planner.instance import load_instance
+    from milp_planner.report import runner
+    from milp_planner.report.document import build_document
+    from milp_planner.report.html import render_html
+    from milp_planner.report.markdown import render_markdown
+    from milp_planner.report.results import build_rows, to_csv
 
     if repeats < 1:
         raise PlannerError("--repeats must be at least 1")
@@ -136,7 +136,7 @@ def run_report(instances, planners="all", *, time_limit: float | None = 60.0, re
 
 def _write(path: Path, data) -> None:
     """Atomic write, then the usual permissions (the temporary file was private: 0600)."""
-    from ..io import write_atomic
+    from milp_planner.io import write_atomic
 
     write_atomic(path, data)
     mask = os.umask(0)
@@ -148,7 +148,7 @@ def _write(path: Path, data) -> None:
 
 
 def add_report_parser(subparsers):
-    from .cli import add_report_parser as add
+    from milp_planner.report.cli import add_report_parser as add
 
     return add(subparsers)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..errors import PlannerError
+from milp_planner.errors import PlannerError
 
 
 def _positive_float(text: str) -> float:
@@ -37,7 +37,7 @@ def parse_options(items: list[str] | None) -> dict[str, dict]:
 
 
 def cmd_report(args) -> int:
-    from . import run_report
+    from milp_planner.report import run_report
 
     time_limit = None if args.time_limit == 0 else args.time_limit
     outcome = run_report(

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from . import figures
-from .results import Cell, cell_text, fmt_pct, fmt_time, fmt_value
+from milp_planner.report import figures
+from milp_planner.report.results import Cell, cell_text, fmt_pct, fmt_time, fmt_value
 
 
 @dataclass
@@ -63,7 +63,7 @@ def slug(text: str) -> str:
 
 def build_document(rows: list[dict], instances_by_file: dict, meta: dict) -> Document:
     """``instances_by_file``: loaded ``Instance`` per resolved instance path (for the plan charts)."""
-    from .results import summarize
+    from milp_planner.report.results import summarize
 
     summaries, planners, cells = summarize(rows)
     doc = Document("milp-planner report")

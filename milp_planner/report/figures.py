@@ -21,7 +21,7 @@ matplotlib.use("Agg", force=False)
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
-from .results import Cell, InstanceSummary  # noqa: E402
+from milp_planner.report.results import Cell, InstanceSummary
 
 DPI = 100
 DEVICE_COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7",
@@ -127,8 +127,8 @@ def time_quality_plot(rows: list[dict], instances: list[InstanceSummary], planne
 
 def plan_chart(plan_dict: dict, instance, title: str = "") -> bytes:
     """Which device computes which rows (or channels) of which layer."""
-    from ..evaluator import normalized_stages, pricer
-    from ..plan import Plan
+    from milp_planner.cost.evaluator import normalized_stages, pricer
+    from milp_planner.space.plan import Plan
 
     plan = Plan.from_dict(plan_dict)
     g = instance.graph

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from .document import Bullets, Document, Heading, Image, Para, Table
+from milp_planner.report.document import Bullets, Document, Heading, Image, Para, Table
 
 CSS = """
 body { font-family: -apple-system, "Segoe UI", "DejaVu Sans", Helvetica, Arial, sans-serif; margin: 0;

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .document import Bullets, Document, Heading, Image, Para, Table
+from milp_planner.report.document import Bullets, Document, Heading, Image, Para, Table
 
 
 def _cell(text: str) -> str:

@@ -50,9 +50,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__
-from ..errors import PlannerError
-from ..io import write_atomic
+from milp_planner import __version__
+from milp_planner.errors import PlannerError
+from milp_planner.io import write_atomic
 
 GRACE_FACTOR = 1.5
 GRACE_S = 30.0
@@ -147,7 +147,7 @@ def make_tasks(instances: list, planners: list[str], *, time_limit: float | None
 
     Seeded planners run with seeds 0..repeats-1, the others once (seed 0).
     """
-    from ..planners import planner_class
+    from milp_planner.planners import planner_class
 
     options = options or {}
     classes = {name: planner_class(name) for name in planners}
@@ -245,7 +245,7 @@ def _jsonable(x):
 
 
 def _load(task: Task):
-    from ..instance import load_instance
+    from milp_planner.instance import load_instance
 
     key = (task.instance_path, task.instance_digest)
     inst = _INSTANCES.get(key)

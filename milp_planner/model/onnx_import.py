@@ -60,8 +60,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .errors import PlannerError
-from .graph import Layer, LayerGraph, RowDep
+from milp_planner.errors import PlannerError
+from milp_planner.model.graph import Layer, LayerGraph, RowDep
 
 __all__ = ["import_onnx", "ModelWarning"]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from math import prod
 
-from .graph import EMPTY, Interval, LayerGraph, hull, input_rows, length, overlap
+from milp_planner.model.graph import EMPTY, Interval, LayerGraph, hull, input_rows, length, overlap
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,13 @@ from typing import Any
 
 import yaml
 
-from .devices import COST_MODELS, CostModel, Device, Power
-from .errors import PlannerError
-from .graph import LayerGraph
-from .instance import AXES, OBJECTIVES, Constraints, Instance, SearchSpace
-from .network import MEDIA, Endpoint, Network
-from .profiles import PROFILES
+from milp_planner.instance.devices import COST_MODELS, CostModel, Device, Power
+from milp_planner.errors import PlannerError
+from milp_planner.model.graph import LayerGraph
+from milp_planner.instance.types import AXES, OBJECTIVES, Constraints, Instance, SearchSpace
+from milp_planner.instance.network import MEDIA, Endpoint, Network
+from milp_planner.instance.profiles import PROFILES
+from milp_planner.model.loading import DEFAULT_DTYPE_BYTES, INSTANCE_SUFFIXES, load_graph
 
 BYTES_PER_MBIT = 125_000  # 10^6 bits / 8
 BYTES_PER_MB = 10**6
@@ -561,7 +562,6 @@ def instance_from_dict(data: Any, source: str, base_dir: Path | None = None, inp
         if model_ref is None:
             raise ctx.fail("model", "required (zoo:NAME or a path to an .onnx file)")
         model_ref = _string(ctx, "model", model_ref)
-        from .models import load_graph
 
         try:
             graph = load_graph(model_ref, base_dir=base_dir, input_shape=shape)
@@ -608,3 +608,34 @@ def read_instance(path: Path, input_shape=None) -> Instance:
         raise PlannerError(f"{source}: cannot read ({e.strerror})") from None
     data = parse_text(text, source, kind)
     return instance_from_dict(data, source, base_dir=path.parent, input_shape=input_shape, path=path)
+
+
+def load_instance(path, input_shape=None) -> Instance:
+    """Read and validate an instance file; raises ``PlannerError`` with a one-line reason.
+
+    ``example:NAME`` names an example shipped inside the package (``milp_planner/instance/examples``).
+    """
+    return read_instance(resolve_instance_path(path), input_shape=input_shape)
+
+
+def resolve_instance_path(path) -> Path:
+    """The file behind ``path``; ``example:NAME`` is a packaged example."""
+    text = str(path)
+    if text.startswith("example:"):
+        name = text.split(":", 1)[1]
+        examples = Path(__file__).parent / "examples"
+        found = examples / f"{name}.yaml"
+        if not found.exists():
+            known = ", ".join(sorted(p.stem for p in examples.glob("*.yaml")))
+            raise PlannerError(f"{text}: no such packaged example (known: {known})")
+        return found
+    return Path(path)
+
+
+def load_graph_or_instance(target: str, input_shape=None) -> tuple[LayerGraph, int]:
+    """(graph, dtype_bytes) of an instance file, or of a model reference (dtype_bytes 4)."""
+    target = str(target)
+    if target.startswith("example:") or Path(target).suffix.lower() in INSTANCE_SUFFIXES:
+        inst = load_instance(target, input_shape=input_shape)
+        return inst.graph, inst.dtype_bytes
+    return load_graph(target, input_shape=input_shape), DEFAULT_DTYPE_BYTES

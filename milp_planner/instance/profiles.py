@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 from fractions import Fraction
 
-from .errors import PlannerError
+from milp_planner.errors import PlannerError
 
 GIB_MB = "1073.741824"  # 2^30 bytes in MB (10^6 bytes)
 

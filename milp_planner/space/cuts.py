@@ -12,10 +12,10 @@ from fractions import Fraction
 from functools import lru_cache
 from itertools import combinations, permutations
 
-from .devices import layer_time
-from .geometry import round_half_up, tensor_grid
-from .instance import Instance
-from .plan import Plan
+from milp_planner.instance.devices import layer_time
+from milp_planner.space.geometry import round_half_up, tensor_grid
+from milp_planner.instance import Instance
+from milp_planner.space.plan import Plan
 
 Cuts = tuple[int, ...]  # interior cut points, strictly increasing, within (0, n)
 

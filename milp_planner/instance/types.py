@@ -1,7 +1,6 @@
 """The instance: one model, the devices, the network, the plan space and the objective.
 
-``load_instance(path)`` reads and validates an instance file (MODEL.md section 1); the
-loading and validation code lives in ``instance_file.py``, this module holds the type.
+This module holds the types; ``reader.py`` reads and validates instance files.
 """
 
 from __future__ import annotations
@@ -10,9 +9,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-from .devices import Device
-from .graph import LayerGraph
-from .network import Network
+from milp_planner.instance.devices import Device
+from milp_planner.model.graph import LayerGraph
+from milp_planner.instance.network import Network
 
 OBJECTIVES = ("latency", "energy", "period", "memory")
 AXES = ("rows", "channels")
@@ -55,29 +54,3 @@ class Instance:
     @property
     def device_names(self) -> list[str]:
         return [d.name for d in self.devices]
-
-
-def load_instance(path, input_shape=None) -> Instance:
-    """Read and validate an instance file; raises ``PlannerError`` with a one-line reason.
-
-    ``example:NAME`` names an example shipped inside the package (``milp_planner/examples``).
-    """
-    from .instance_file import read_instance
-
-    return read_instance(resolve_instance_path(path), input_shape=input_shape)
-
-
-def resolve_instance_path(path) -> Path:
-    """The file behind ``path``; ``example:NAME`` is a packaged example."""
-    text = str(path)
-    if text.startswith("example:"):
-        from .errors import PlannerError
-
-        name = text.split(":", 1)[1]
-        examples = Path(__file__).parent / "examples"
-        found = examples / f"{name}.yaml"
-        if not found.exists():
-            known = ", ".join(sorted(p.stem for p in examples.glob("*.yaml")))
-            raise PlannerError(f"{text}: no such packaged example (known: {known})")
-        return found
-    return Path(path)

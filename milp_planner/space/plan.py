@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import PlannerError
+from milp_planner.errors import PlannerError
 
 PLAN_AXES = ("none", "rows", "channels")
 
@@ -130,7 +130,7 @@ class Plan:
 
     def save(self, path) -> None:
         """Write atomically: the file is whole or absent."""
-        from .io import write_atomic
+        from milp_planner.io import write_atomic
 
         write_atomic(Path(path), self.to_json() + "\n")
 

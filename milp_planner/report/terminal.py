@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.table import Table
 
-from .evaluator import EXTERNAL, Metrics
-from .instance import Instance
-from .plan import Plan
+from milp_planner.cost.evaluator import EXTERNAL, Metrics
+from milp_planner.instance import Instance
+from milp_planner.space.plan import Plan
 
 
 def _console() -> Console:
@@ -71,7 +71,7 @@ def render_metrics(m: Metrics, inst: Instance) -> None:
 
 def render_plan(plan: Plan, inst: Instance, m: Metrics | None = None) -> None:
     """Stage by stage: which device computes which rows (or channels) of which layer."""
-    from .evaluator import normalized_stages, pricer
+    from milp_planner.cost.evaluator import normalized_stages, pricer
 
     c = _console()
     pr = pricer(inst)

@@ -2,8 +2,6 @@
 
 ``load_graph(ref, base_dir=None, input_shape=None)`` turns a reference into a ``LayerGraph``
 (relative paths are taken relative to ``base_dir``, e.g. an instance file's folder).
-``load_graph_or_instance(target)`` also accepts an instance file (``.yaml``, ``.yml``,
-``.json``) and returns its graph with its ``dtype_bytes``; for a model, 4 (fp32).
 
 For a zoo model, ``input_shape`` (N, 3, H, W) builds the model at that batch and size (the
 zoo's fully connected layers are sized from it), so it may differ from the default size.
@@ -13,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .errors import PlannerError
-from .graph import LayerGraph
+from milp_planner.errors import PlannerError
+from milp_planner.model.graph import LayerGraph
 
 INSTANCE_SUFFIXES = (".yaml", ".yml", ".json")
 DEFAULT_DTYPE_BYTES = 4
@@ -40,11 +38,11 @@ def parse_zoo_ref(ref: str) -> tuple[str, int | None]:
 
 def load_graph(ref: str, base_dir: Path | None = None, input_shape=None) -> LayerGraph:
     """The layer graph of a model reference (see the module docstring)."""
-    from .onnx_import import import_onnx
+    from milp_planner.model.onnx_import import import_onnx
 
     ref = str(ref)
     if ref.startswith("zoo:"):
-        from . import zoo
+        from milp_planner.model import zoo
 
         name, size = parse_zoo_ref(ref)
         hw: int | tuple[int, int] | None = size
@@ -62,19 +60,8 @@ def load_graph(ref: str, base_dir: Path | None = None, input_shape=None) -> Laye
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
     if not path.exists():
-        from . import zoo
+        from milp_planner.model import zoo
 
         hint = f" (did you mean zoo:{ref}?)" if ref.lower() in zoo.names() else ""
         raise PlannerError(f"{path}: no such file{hint}")
     return import_onnx(path, input_shape=input_shape)
-
-
-def load_graph_or_instance(target: str, input_shape=None) -> tuple[LayerGraph, int]:
-    """(graph, dtype_bytes) of an instance file, or of a model reference (dtype_bytes 4)."""
-    target = str(target)
-    if target.startswith("example:") or Path(target).suffix.lower() in INSTANCE_SUFFIXES:
-        from .instance import load_instance
-
-        inst = load_instance(target, input_shape=input_shape)
-        return inst.graph, inst.dtype_bytes
-    return load_graph(target, input_shape=input_shape), DEFAULT_DTYPE_BYTES

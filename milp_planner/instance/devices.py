@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Mapping
 
-from .graph import Layer
+from milp_planner.model.graph import Layer
 
 COST_MODELS = ("linear", "roofline", "table")
 

@@ -20,7 +20,7 @@ parameters either way.
 
 from __future__ import annotations
 
-from .graph import LayerGraph
+from milp_planner.model.graph import LayerGraph
 
 # short names for folded ops in the table
 _SHORT = {"BatchNormalization": "BN", "QuantizeLinear": "Q", "DequantizeLinear": "DQ"}

@@ -20,10 +20,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from .devices import layer_time
-from .geometry import PartGeometry, Region, StageGeometry, full_region, intersect_cells, tensor_grid, union_cells
-from .instance import Instance
-from .plan import Plan, check_plan
+from milp_planner.instance.devices import layer_time
+from milp_planner.space.geometry import (
+    PartGeometry,
+    Region,
+    StageGeometry,
+    full_region,
+    intersect_cells,
+    tensor_grid,
+    union_cells,
+)
+from milp_planner.instance import Instance
+from milp_planner.space.plan import Plan, check_plan
 
 EXTERNAL = -1  # the external source or sink node
 
@@ -233,7 +241,7 @@ def evaluate(plan: Plan, instance: Instance, check: bool = True) -> Metrics:
     """Every cost of ``plan`` on ``instance`` (raises ``PlannerError`` if the plan is broken)."""
     if check:
         check_plan(plan, instance)
-    from .space import out_of_space
+    from milp_planner.space.cuts import out_of_space
 
     reasons = out_of_space(plan, instance)
     return evaluate_stages(normalized_stages(plan, instance), instance, reasons)

@@ -36,7 +36,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .errors import PlannerError
+from milp_planner.errors import PlannerError
 
 OPSET = 17
 EXTERNAL_LIMIT = 1_800_000_000  # bytes; larger models are saved with external data
