@@ -35,7 +35,7 @@ def _print_json(obj) -> None:
 def cmd_inspect(args) -> int:
     from milp_planner.model.inspection import inspect_json, render_inspect
     from milp_planner.instance import load_graph_or_instance
-    from milp_planner.model.onnx_import import ModelWarning
+    from milp_planner.model.onnx import ModelWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ModelWarning)  # the table lists them once

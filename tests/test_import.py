@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from milp_planner.cli import main
 from milp_planner.errors import PlannerError
 from milp_planner.model.graph import EMPTY, RowDep, input_rows
-from milp_planner.model.onnx_import import ModelWarning, import_onnx
+from milp_planner.model.onnx import ModelWarning, import_onnx
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -515,7 +515,7 @@ def test_external_data_is_never_read(tmp_path):
 
 
 def test_inline_weights_file_is_read_without_its_weight_data(tmp_path):
-    from milp_planner.model.onnx_import import SKIM_BYTES, _skim
+    from milp_planner.model.onnx.skim import SKIM_BYTES, skim
 
     big = w("w", 64, 32, 3, 3)  # raw_data, 73 KB
     ones = np.ones(16384, np.float32).tolist()
@@ -527,7 +527,7 @@ def test_inline_weights_file_is_read_without_its_weight_data(tmp_path):
     m = make_model(nodes, [("x", [1, 32, 16, 16])], ["y"], [big, listed, w("wm", 16384, 10), shape])
     path = tmp_path / "inline.onnx"
     onnx.save_model(m, str(path))
-    skimmed = _skim(path)
+    skimmed = skim(path)
     loaded = onnx.load(str(path))
     assert [n.SerializeToString() for n in skimmed.graph.node] == [n.SerializeToString() for n in loaded.graph.node]
     assert skimmed.graph.input == loaded.graph.input and skimmed.opset_import == loaded.opset_import

@@ -11,7 +11,7 @@ from milp_planner.model import zoo
 from milp_planner.errors import PlannerError
 from milp_planner.instance import load_graph_or_instance
 from milp_planner.model.loading import load_graph
-from milp_planner.model.onnx_import import import_onnx
+from milp_planner.model.onnx import import_onnx
 
 # name: (params, exact MACs, published GMACs to 3 decimals). Params are torchvision's
 # trainable counts (BN = 2 x C); MACs are Conv/Gemm multiplications only.

@@ -38,7 +38,7 @@ def parse_zoo_ref(ref: str) -> tuple[str, int | None]:
 
 def load_graph(ref: str, base_dir: Path | None = None, input_shape=None) -> LayerGraph:
     """The layer graph of a model reference (see the module docstring)."""
-    from milp_planner.model.onnx_import import import_onnx
+    from milp_planner.model.onnx import import_onnx
 
     ref = str(ref)
     if ref.startswith("zoo:"):

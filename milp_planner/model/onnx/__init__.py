@@ -1,0 +1,100 @@
+"""Import an ONNX model as a ``LayerGraph`` (MODEL.md section 2).
+
+``import_onnx(model, input_shape=None, name=None)`` reads an ``.onnx`` file (or takes a
+``ModelProto``) and returns the layers after folding, with shapes, MACs, ops, parameter
+counts and row dependencies. It never reads weight data: the file is loaded with
+``load_external_data=False`` and parameters are counted from tensor shapes only; shape
+inference runs on a copy of the graph whose large initializers are replaced by dims-only
+stubs, so a model with gigabytes of weights is inspected in the memory of its graph.
+
+Decisions where MODEL.md is silent (documented here, relied on by the tests):
+
+* Constants. A tensor is constant when it is an initializer, the output of a ``Constant``,
+  ``ConstantOfShape``, ``Shape`` or ``Size`` node (shapes are static once the input shape is
+  fixed), or the output of a node whose inputs are all constant (weight preprocessing such
+  as ``DequantizeLinear(W)`` or ``Transpose(W)``). Nodes producing constants are not layers.
+* Parameters of a layer are the element counts of its constant weight operands: every
+  constant floating-point operand of Conv, ConvTranspose, Gemm and MatMul; 2 x C for
+  BatchNormalization (scale and shift, whether folded or alone); PRelu slopes; scale and bias
+  of LayerNormalization / InstanceNormalization / GroupNormalization (trainable in
+  torchvision as well); the constant floating-point operand of Add, Sub, Mul or Div when it
+  has more than one element (a bias or per-channel scale, folded or not). Scalars (``+ 3``,
+  ``/ sqrt(2)``, Clip bounds) and integer tensors are never parameters.
+* Folding also takes ``QuantizeLinear`` / ``DequantizeLinear`` of an activation (elementwise
+  with constant scale) and two multi-node activation patterns: the Erf GELU
+  (``Div -> Erf -> Add -> Mul(x, .) [-> Mul 0.5]``, recorded as ``Gelu``) and
+  ``Mul(x, Sigmoid(x))`` / ``Mul(x, HardSigmoid(x))`` (recorded as ``Swish`` / ``HardSwish``).
+  When a pattern cannot be folded into its producer it becomes one layer of that op.
+  A folded op must keep its input's shape (a broadcasting Add is not a bias).
+* Row dependency beyond MODEL.md's list: ``Pad`` (constant mode, pads known) is a window of
+  kernel 1 and ``pad_top`` = the H padding; ``DepthToSpace`` / ``SpaceToDepth`` are a
+  nearest resize by the block size (exact); ``Split`` along channels is ``identity``.
+  An elementwise layer whose activation inputs do not all have the output's H (a broadcast
+  such as the Mul of a squeeze-and-excitation block) reads its inputs whole (``none``).
+  A cubic or antialiased ``Resize`` and ``tf_crop_and_resize`` are ``none``; a nearest
+  ``Resize`` with ``align_corners`` is treated as linear (one extra row each side).
+  ConvTranspose with ``auto_pad`` SAME_* or an ``output_shape`` attribute: total padding
+  ``s*(H_in-1) + output_padding + (k-1)*d + 1 - H_out``, ``pad_top`` = floor(total/2) for
+  SAME_UPPER, ceil(total/2) otherwise (the ONNX operator text).
+* ``ops`` of pure re-layouts is 0: Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Expand,
+  DepthToSpace, SpaceToDepth. Data-moving selections (Concat, Split, Slice, Gather, Pad)
+  count their output elements like any other op.
+* Multi-output nodes (Split, TopK, ...): the layer's ``output`` is the first output; the
+  consumers of the other outputs read that same tensor (a layer produces one tensor) and its
+  shape is the first output's shape. Folding into such a node is not done when its other
+  outputs are used.
+* ``input_shape`` fixes the first graph input that is not an initializer. A graph output
+  that is an ``Identity`` of a layer's output names that layer's output, so
+  ``graph.outputs`` always names layer outputs (or a graph input).
+* A MAC count that cannot be computed (a weight op whose sizes stay unknown) is an error; a
+  weight whose shape stays unknown is a warning naming the layer, saying the parameter
+  totals are incomplete. Neither is ever a silent 0.
+
+The modules of this package, in the order an import goes through them:
+
+* ``reading`` loads the file (``skim`` reads a binary file without its weight data) and
+  rejects a model that cannot be trusted (no nodes, no outputs, no or too new an opset);
+* ``shapes`` runs onnx shape inference on a weightless skeleton of the model, folding small
+  constant subgraphs when shapes stay unknown; ``tensors`` holds what is known per tensor;
+* ``importer`` turns nodes into folded layers (``nodes``, ``patterns``, ``ops``), with
+  ``counting`` (MACs, ops, parameters) and ``rowdeps`` (row dependencies).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+
+from milp_planner.errors import PlannerError
+from milp_planner.model.graph import LayerGraph
+from milp_planner.model.onnx.importer import Importer
+from milp_planner.model.onnx.reading import check_model, load_model
+from milp_planner.model.onnx.tensors import ModelWarning
+
+__all__ = ["import_onnx", "ModelWarning"]
+
+
+def import_onnx(
+    model: str | Path | onnx.ModelProto,
+    input_shape: tuple[int, ...] | None = None,
+    name: str | None = None,
+    *,
+    source: str | None = None,
+) -> LayerGraph:
+    """Read an ONNX model (a path or a ``ModelProto``) as a ``LayerGraph``.
+
+    ``input_shape`` overwrites the dims of the first non-initializer graph input before shape
+    inference (fixing symbolic dims such as ``N`` or ``H``). ``name`` names the graph (default:
+    the ONNX graph name, else the file's stem); ``source`` is how error messages name the model
+    (default: the file path, else the name). Weight data are never read.
+    """
+    proto, label, default_name = load_model(model)
+    gname = name or default_name
+    label = source or label or gname
+    if input_shape is not None:
+        input_shape = tuple(int(d) for d in input_shape)
+        if not input_shape or any(d <= 0 for d in input_shape):
+            raise PlannerError(f"{label}: input shape {input_shape} must be positive integers")
+    check_model(proto, label)
+    return Importer(proto, label, gname, input_shape).run()

@@ -1,0 +1,120 @@
+"""MACs, ops and parameters of a layer (MODEL.md section 2).
+
+A count that cannot be computed is never a silent 0: MACs of a weight op whose sizes are
+unknown are an error naming the layer, and a weight whose shape is unknown is a warning
+naming the layer and saying the parameter totals are incomplete.
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import NamedTuple
+
+from milp_planner.errors import PlannerError
+from milp_planner.model.onnx.nodes import Node
+from milp_planner.model.onnx.ops import (FOLD_BIAS, GLOBAL_POOLS, NORM_PARAM_OPS, RELAYOUT, WEIGHT_OPS,
+                                         WINDOW_POOLS)
+from milp_planner.model.onnx.shapes import fmt_shape
+from milp_planner.model.onnx.tensors import Tensors
+
+
+class Work(NamedTuple):
+    """MACs (Conv, ConvTranspose, Gemm, MatMul multiplications) and ops (everything else)."""
+
+    macs: int
+    ops: int
+
+
+def node_params(t: Tensors, n: Node, layer: str) -> int:
+    """Parameters held by node ``n`` (a root or folded node of layer ``layer``)."""
+    if not n.standard or n.proto is None:
+        return 0
+    ins = n.inputs
+    const = [i for i in ins if i and i in t.const]
+
+    def count(w: str) -> int:
+        c = t.numel(w)
+        if c is None:
+            t.warn(f"{t.label}: layer '{layer}': the shape of weight '{w}' of node '{n.display_name}' "
+                   f"({n.op}) is {fmt_shape(t.shape(w))}; its parameters are not counted and the "
+                   f"parameter totals are incomplete")
+            return 0
+        return c
+
+    if n.op in WEIGHT_OPS:
+        return sum(count(w) for w in const if t.is_float(w))
+    if n.op == "BatchNormalization":
+        return sum(count(w) for w in ins[1:3] if w and w in t.const)
+    if n.op == "PRelu":
+        return sum(count(w) for w in ins[1:2] if w and w in t.const)
+    if n.op in NORM_PARAM_OPS:
+        return sum(count(w) for w in ins[1:3] if w and w in t.const and t.is_float(w))
+    if n.op in FOLD_BIAS:  # a bias or per-channel scale: more than one element
+        return sum(c for w in const if t.is_float(w) and (c := count(w)) > 1)
+    return 0
+
+
+def work(t: Tensors, n: Node, out_shape: tuple[int, ...]) -> Work:
+    """MACs and ops of the root node ``n`` of a layer; folded nodes add nothing."""
+    op = n.op if n.standard else None
+    ins = n.inputs
+    out_elems = int(prod(out_shape))
+    if op in WEIGHT_OPS:
+        return Work(_weight_op_macs(t, n, out_shape, out_elems), 0)
+    if op in WINDOW_POOLS:
+        return Work(0, out_elems * int(prod(n.attr("kernel_shape", [1]))))
+    if op in GLOBAL_POOLS:
+        x = t.known(ins[0])
+        if x is None:
+            _unknown(t, n, ins[0])
+        return Work(0, out_elems * int(prod(x[2:])))
+    if op in RELAYOUT:
+        return Work(0, 0)
+    return Work(0, out_elems)
+
+
+def _weight_op_macs(t: Tensors, n: Node, out_shape, out_elems: int) -> int:
+    """Multiplications of a Conv, ConvTranspose, Gemm or MatMul.
+
+    From the weight's shape when known, else from the activation shapes and attributes.
+    """
+    ins = n.inputs
+    x = t.known(ins[0]) if ins and ins[0] else None
+    w = t.known(ins[1]) if len(ins) > 1 and ins[1] else None
+    if n.op in ("Conv", "ConvTranspose"):
+        group = int(n.attr("group", 1))
+        if w is not None and len(w) >= 2:
+            per = int(w[1]) * int(prod(w[2:]))  # (Cin/group)*k for Conv, (Cout/group)*k for ConvT
+        elif n.attr("kernel_shape") is not None and (x is not None or n.op == "ConvTranspose"):
+            channels = x[1] if n.op == "Conv" else out_shape[1]
+            per = int(channels) // group * int(prod(n.attr("kernel_shape")))
+        else:
+            _unknown(t, n, ins[1] if len(ins) > 1 else ins[0])
+        if n.op == "Conv":
+            return out_elems * per
+        if x is None:
+            _unknown(t, n, ins[0])
+        return int(prod(x)) * per
+    if n.op == "Gemm":
+        if x is not None:
+            k = x[0] if int(n.attr("transA", 0)) else x[1]
+        elif w is not None:
+            k = w[1] if int(n.attr("transB", 0)) else w[0]
+        else:
+            _unknown(t, n, ins[0])
+        return out_elems * int(k)
+    # MatMul
+    if x is not None:
+        k = x[-1]
+    elif w is not None:
+        k = w[-2] if len(w) >= 2 else w[0]
+    else:
+        _unknown(t, n, ins[0])
+    return out_elems * int(k)
+
+
+def _unknown(t: Tensors, n: Node, tensor: str):
+    raise PlannerError(
+        f"{t.label}: layer '{n.display_name}' ({n.op}): cannot count its work, the shape of "
+        f"'{tensor}' is {fmt_shape(t.shape(tensor))} after shape inference"
+    )

@@ -1,0 +1,228 @@
+"""Layer conversion: ONNX nodes -> folded layers of a ``LayerGraph`` (MODEL.md section 2).
+
+Constant-only nodes (weights, shapes, weight preprocessing) are not layers; Identity and
+Dropout are aliases; activations, BatchNormalization and bias Add/Mul fold into the single
+producer they follow; each remaining node becomes one layer with its shape, work,
+parameters and row dependency.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import helper
+
+from milp_planner.errors import PlannerError
+from milp_planner.model.graph import Layer, LayerGraph
+from milp_planner.model.onnx.counting import node_params, work
+from milp_planner.model.onnx.nodes import Node, PendingLayer, constant_node_shape, subgraph_inputs
+from milp_planner.model.onnx.ops import ALIAS_OPS, FOLD_BIAS, FOLD_UNARY, KNOWN, STATIC_OPS, WEIGHT_OPS
+from milp_planner.model.onnx.patterns import match_patterns
+from milp_planner.model.onnx.rowdeps import rowdep
+from milp_planner.model.onnx.shapes import fmt_shape, infer_model
+from milp_planner.model.onnx.tensors import Tensors
+
+
+class Importer:
+    """One import of one model: ``Importer(model, label, name, input_shape).run()``."""
+
+    def __init__(self, model: onnx.ModelProto, label: str, gname: str, input_shape):
+        self.model = model
+        self.label = label
+        self.gname = gname
+        g = model.graph
+        init_names = {t.name for t in g.initializer} | {t.values.name for t in g.sparse_initializer}
+        self.act_graph_inputs = [vi.name for vi in g.input if vi.name not in init_names]
+        first = self.act_graph_inputs[0] if self.act_graph_inputs else None
+        self.t = Tensors(model, infer_model(model, label, input_shape, first), label)
+        self.graph_outputs = [o.name for o in g.output]
+
+    # -- steps ------------------------------------------------------------------------
+
+    def run(self) -> LayerGraph:
+        g = self.model.graph
+        nodes: list[Node] = []
+        alias: dict[str, str] = {}
+
+        def resolve(t: str) -> str:
+            while t in alias:
+                t = alias[t]
+            return t
+
+        for p in g.node:
+            n = Node(p.op_type, p.domain or "", p.name, list(p.input), list(p.output), p)
+            extra = subgraph_inputs(p) if any(
+                a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in p.attribute
+            ) else []
+            n.inputs += [i for i in extra if i not in n.inputs]
+            std = n.standard
+            real_inputs = [i for i in n.inputs if i]
+            if (std and n.op in STATIC_OPS) or all(resolve(i) in self.t.const for i in real_inputs):
+                # not a layer: a weight, a shape, or a computation on constants only
+                self.t.const.update(o for o in n.outputs if o)
+                if std and n.op == "Constant" and n.outputs:
+                    self.t.const_nodes[n.outputs[0]] = p
+                    if self.t.known(n.outputs[0]) is None:
+                        self.t.shapes[n.outputs[0]] = constant_node_shape(p)
+                continue
+            if std and n.op in ALIAS_OPS and real_inputs:
+                for o in n.outputs[:1]:
+                    alias[o] = n.inputs[0]
+                continue
+            nodes.append(n)
+
+        for n in nodes:
+            n.act = [resolve(i) for i in n.inputs if i and resolve(i) not in self.t.const]
+            n.first = resolve(n.inputs[0]) if n.inputs and n.inputs[0] else ""
+        gouts = {resolve(o) for o in self.graph_outputs}
+        nodes = match_patterns(nodes, gouts)
+
+        consumers: dict[str, int] = {}
+        for n in nodes:
+            for t in dict.fromkeys(n.act):
+                consumers[t] = consumers.get(t, 0) + 1
+
+        # -- folding
+        protos: list[PendingLayer] = []
+        owner: dict[str, int] = {}
+        for n in nodes:
+            if self.foldable(n, consumers, gouts):
+                x = n.act[0]
+                pid = owner.get(x)
+                if pid is not None:
+                    P = protos[pid]
+                    if (P.out == x and not P.multi and consumers.get(x, 0) == 1 and x not in gouts
+                            and n.outputs and self.t.known(x) is not None
+                            and self.t.known(x) == self.t.known(n.outputs[0])):
+                        P.folded.append(n)
+                        P.out = n.outputs[0]
+                        owner[P.out] = pid
+                        continue
+            if not n.outputs or not n.outputs[0]:
+                continue  # produces nothing usable
+            P = PendingLayer(n, n.outputs[0])
+            P.multi = any(o and (consumers.get(o) or o in gouts) for o in n.outputs[1:])
+            for o in n.outputs:
+                if o:
+                    owner[o] = len(protos)
+            protos.append(P)
+
+        # -- graph outputs that are Identity/Dropout copies name the layer's output
+        original_outs = set(self.graph_outputs)
+        for o in self.graph_outputs:
+            r = resolve(o)
+            if r != o and r in owner:
+                P = protos[owner[r]]
+                if P.out == r and r not in original_outs:
+                    P.out = o
+                    owner[o] = owner[r]
+
+        def final(t: str) -> str:
+            pid = owner.get(t)
+            return protos[pid].out if pid is not None else t
+
+        # -- graph inputs: shapes must be known
+        used: set[str] = set()
+        for P in protos:
+            used.update(P.root.act)
+        outputs: list[str] = []
+        for o in self.graph_outputs:
+            t = final(resolve(o))
+            if t not in owner and t not in self.act_graph_inputs:
+                self.t.warn(f"{self.label}: graph output '{o}' is a constant, not computed by any layer; ignored")
+                continue
+            if t not in outputs:
+                outputs.append(t)
+        inputs: dict[str, tuple[int, ...]] = {}
+        for name in self.act_graph_inputs:
+            s = self.t.known(name)
+            if s is None:
+                if name in used or name in outputs:
+                    raise PlannerError(
+                        f"{self.label}: input '{name}' has shape {fmt_shape(self.t.shape(name))}; "
+                        f"fix its symbolic dims with an input shape (--input-shape or input_shape:)"
+                    )
+                continue
+            inputs[name] = tuple(int(d) for d in s)
+
+        if not protos:
+            raise PlannerError(f"{self.label}: no layers: every node computes constants or copies an input")
+        layers = [self.make_layer(i, P, final) for i, P in enumerate(protos)]
+        return LayerGraph(name=self.gname, layers=layers, inputs=inputs, outputs=outputs,
+                          warnings=list(self.t.warnings))
+
+    def foldable(self, n: Node, consumers: dict[str, int], gouts: set[str]) -> bool:
+        """Can ``n`` merge into the producer of its single activation input (its first input)?"""
+        if not n.standard or len(n.act) != 1:
+            return False
+        if n.act[0] != n.first and n.op not in ("Add", "Mul"):  # c - x, c / x: not a bias
+            return False
+        if any(o and (consumers.get(o) or o in gouts) for o in n.outputs[1:]):
+            return False  # e.g. the running statistics of a training-mode BatchNormalization, if used
+        if n.op in FOLD_UNARY or n.op == "BatchNormalization":
+            return True
+        if n.op in FOLD_BIAS:
+            return len([i for i in n.inputs if i]) == 2
+        return False
+
+    def make_layer(self, lid: int, P: PendingLayer, final) -> Layer:
+        n = P.root
+        out_shape = self.t.known(P.out)
+        if out_shape is None:
+            raise PlannerError(
+                f"{self.label}: the output '{P.out}' of node '{n.display_name}' ({n.op}) has "
+                f"shape {fmt_shape(self.t.shape(P.out))} after shape inference; "
+                f"give a fixed input shape or a model whose shapes can be inferred"
+            )
+        if any(d <= 0 for d in out_shape):
+            raise PlannerError(
+                f"{self.label}: the output '{P.out}' of node '{n.display_name}' ({n.op}) is empty "
+                f"{fmt_shape(out_shape)}; the input is too small for this model"
+            )
+        inputs = tuple(dict.fromkeys(final(t) for t in n.act))
+        for t in n.act:
+            if self.t.known(t) is None:
+                raise PlannerError(
+                    f"{self.label}: tensor '{t}' read by node '{n.display_name}' has shape "
+                    f"{fmt_shape(self.t.shape(t))} after shape inference"
+                )
+        op = n.op if n.standard else f"{n.domain}.{n.op}"
+        macs, ops = work(self.t, n, out_shape)
+        params = sum(node_params(self.t, m, n.display_name) for m in [n, *P.folded])
+        dep = rowdep(self.t, n, out_shape)
+        act_shapes = [self.t.known(t) for t in n.act]
+        row_split = (len(out_shape) == 4 and bool(act_shapes)
+                     and all(len(s) == 4 for s in act_shapes) and dep.kind != "none")
+        weight_const = len(n.inputs) > 1 and bool(n.inputs[1]) and n.inputs[1] in self.t.const
+        chan_split = n.op in WEIGHT_OPS and n.standard and weight_const
+        groups = int(n.attr("group", 1)) if n.op in ("Conv", "ConvTranspose") else 1
+        if op not in KNOWN and n.proto is not None:
+            self.t.warn(
+                f"{self.label}: unknown op {op} (node '{n.display_name}'): treated as one "
+                f"layer that is not splittable, with ops = output elements"
+            )
+        attrs = {}
+        if n.proto is not None:
+            for a in n.proto.attribute:
+                if a.type in (onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING,
+                              onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS):
+                    v = helper.get_attribute_value(a)
+                    if isinstance(v, bytes):
+                        v = v.decode()
+                    attrs[a.name] = list(v) if isinstance(v, (list, tuple)) else v
+        if n.op in WEIGHT_OPS and len(n.inputs) > 1 and self.t.known(n.inputs[1]) is not None:
+            attrs["weight_shape"] = list(self.t.known(n.inputs[1]))
+        if n.members:
+            attrs["pattern_nodes"] = [m.display_name for m in n.members]
+        if P.folded:
+            attrs["folded_nodes"] = [f.display_name for f in P.folded]
+        if len([o for o in n.outputs if o]) > 1:
+            attrs["outputs"] = [o for o in n.outputs if o]
+        return Layer(
+            id=lid, name=n.display_name, op=op, inputs=inputs, output=P.out,
+            shape=tuple(int(d) for d in out_shape), macs=macs, ops=ops, params=params,
+            rowdep=dep, row_splittable=row_split, channel_splittable=chan_split,
+            groups=groups, folded=tuple(f.op for f in P.folded), attrs=attrs,
+        )
+
+    # -- per-op semantics ------------------------------------------------------------
+
