@@ -36,9 +36,8 @@ class Importer:
         self.t = Tensors(model, infer_model(model, label, input_shape, first), label)
         self.graph_outputs = [o.name for o in g.output]
 
-    # -- steps ------------------------------------------------------------------------
-
     def run(self) -> LayerGraph:
+        """The layer graph: constants and aliases set aside, patterns matched, nodes folded."""
         g = self.model.graph
         nodes: list[Node] = []
         alias: dict[str, str] = {}
@@ -82,48 +81,48 @@ class Importer:
                 consumers[t] = consumers.get(t, 0) + 1
 
         # -- folding
-        protos: list[PendingLayer] = []
+        pending: list[PendingLayer] = []
         owner: dict[str, int] = {}
         for n in nodes:
             if self.foldable(n, consumers, gouts):
                 x = n.act[0]
                 pid = owner.get(x)
                 if pid is not None:
-                    P = protos[pid]
-                    if (P.out == x and not P.multi and consumers.get(x, 0) == 1 and x not in gouts
+                    pl = pending[pid]
+                    if (pl.out == x and not pl.multi and consumers.get(x, 0) == 1 and x not in gouts
                             and n.outputs and self.t.known(x) is not None
                             and self.t.known(x) == self.t.known(n.outputs[0])):
-                        P.folded.append(n)
-                        P.out = n.outputs[0]
-                        owner[P.out] = pid
+                        pl.folded.append(n)
+                        pl.out = n.outputs[0]
+                        owner[pl.out] = pid
                         continue
             if not n.outputs or not n.outputs[0]:
                 continue  # produces nothing usable
-            P = PendingLayer(n, n.outputs[0])
-            P.multi = any(o and (consumers.get(o) or o in gouts) for o in n.outputs[1:])
+            pl = PendingLayer(n, n.outputs[0])
+            pl.multi = any(o and (consumers.get(o) or o in gouts) for o in n.outputs[1:])
             for o in n.outputs:
                 if o:
-                    owner[o] = len(protos)
-            protos.append(P)
+                    owner[o] = len(pending)
+            pending.append(pl)
 
         # -- graph outputs that are Identity/Dropout copies name the layer's output
         original_outs = set(self.graph_outputs)
         for o in self.graph_outputs:
             r = resolve(o)
             if r != o and r in owner:
-                P = protos[owner[r]]
-                if P.out == r and r not in original_outs:
-                    P.out = o
+                pl = pending[owner[r]]
+                if pl.out == r and r not in original_outs:
+                    pl.out = o
                     owner[o] = owner[r]
 
         def final(t: str) -> str:
             pid = owner.get(t)
-            return protos[pid].out if pid is not None else t
+            return pending[pid].out if pid is not None else t
 
         # -- graph inputs: shapes must be known
         used: set[str] = set()
-        for P in protos:
-            used.update(P.root.act)
+        for pl in pending:
+            used.update(pl.root.act)
         outputs: list[str] = []
         for o in self.graph_outputs:
             t = final(resolve(o))
@@ -144,9 +143,9 @@ class Importer:
                 continue
             inputs[name] = tuple(int(d) for d in s)
 
-        if not protos:
+        if not pending:
             raise PlannerError(f"{self.label}: no layers: every node computes constants or copies an input")
-        layers = [self.make_layer(i, P, final) for i, P in enumerate(protos)]
+        layers = [self.make_layer(i, pl, final) for i, pl in enumerate(pending)]
         return LayerGraph(name=self.gname, layers=layers, inputs=inputs, outputs=outputs,
                           warnings=list(self.t.warnings))
 
@@ -164,18 +163,19 @@ class Importer:
             return len([i for i in n.inputs if i]) == 2
         return False
 
-    def make_layer(self, lid: int, P: PendingLayer, final) -> Layer:
-        n = P.root
-        out_shape = self.t.known(P.out)
+    def make_layer(self, lid: int, pl: PendingLayer, final) -> Layer:
+        """Layer ``lid`` from a pending layer; ``final`` maps a tensor to the output of its layer."""
+        n = pl.root
+        out_shape = self.t.known(pl.out)
         if out_shape is None:
             raise PlannerError(
-                f"{self.label}: the output '{P.out}' of node '{n.display_name}' ({n.op}) has "
-                f"shape {fmt_shape(self.t.shape(P.out))} after shape inference; "
+                f"{self.label}: the output '{pl.out}' of node '{n.display_name}' ({n.op}) has "
+                f"shape {fmt_shape(self.t.shape(pl.out))} after shape inference; "
                 f"give a fixed input shape or a model whose shapes can be inferred"
             )
         if any(d <= 0 for d in out_shape):
             raise PlannerError(
-                f"{self.label}: the output '{P.out}' of node '{n.display_name}' ({n.op}) is empty "
+                f"{self.label}: the output '{pl.out}' of node '{n.display_name}' ({n.op}) is empty "
                 f"{fmt_shape(out_shape)}; the input is too small for this model"
             )
         inputs = tuple(dict.fromkeys(final(t) for t in n.act))
@@ -187,7 +187,7 @@ class Importer:
                 )
         op = n.op if n.standard else f"{n.domain}.{n.op}"
         macs, ops = work(self.t, n, out_shape)
-        params = sum(node_params(self.t, m, n.display_name) for m in [n, *P.folded])
+        params = sum(node_params(self.t, m, n.display_name) for m in [n, *pl.folded])
         dep = rowdep(self.t, n, out_shape)
         act_shapes = [self.t.known(t) for t in n.act]
         row_split = (len(out_shape) == 4 and bool(act_shapes)
@@ -213,16 +213,13 @@ class Importer:
             attrs["weight_shape"] = list(self.t.known(n.inputs[1]))
         if n.members:
             attrs["pattern_nodes"] = [m.display_name for m in n.members]
-        if P.folded:
-            attrs["folded_nodes"] = [f.display_name for f in P.folded]
+        if pl.folded:
+            attrs["folded_nodes"] = [f.display_name for f in pl.folded]
         if len([o for o in n.outputs if o]) > 1:
             attrs["outputs"] = [o for o in n.outputs if o]
         return Layer(
-            id=lid, name=n.display_name, op=op, inputs=inputs, output=P.out,
+            id=lid, name=n.display_name, op=op, inputs=inputs, output=pl.out,
             shape=tuple(int(d) for d in out_shape), macs=macs, ops=ops, params=params,
             rowdep=dep, row_splittable=row_split, channel_splittable=chan_split,
-            groups=groups, folded=tuple(f.op for f in P.folded), attrs=attrs,
+            groups=groups, folded=tuple(f.op for f in pl.folded), attrs=attrs,
         )
-
-    # -- per-op semantics ------------------------------------------------------------
-
