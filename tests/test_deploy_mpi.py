@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import onnx
 import pytest
 
@@ -61,14 +62,20 @@ def test_run_emulated_network_holds_messages(tmp_path):
     assert plain["per_stage"][0]["devices"][1]["recv_s"] < pi5["predicted_recv_s"]
 
 
-def test_cli_run_json(feat_dep, capsys):
+def test_cli_run_json(feat_dep, capsys, tmp_path):
     from milp_planner.cli import main
 
-    assert main(["run", str(feat_dep), "--repeat", "1", "--check", "--json"]) == 0
+    x = np.random.default_rng(5).uniform(-2, 2, (1, 3, 24, 20)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(feat_dep), "--repeat", "1", "--check", "--json", "--input", str(tmp_path / "x.npy")]) == 0
     r = json.loads(capsys.readouterr().out)
     for key in ("max_abs_err", "measured_latency_s", "predicted_latency_s", "per_stage", "ranks"):
         assert key in r
     assert r["max_abs_err"] <= 1e-4
+    np.save(tmp_path / "bad.npy", x[:, :2])
+    assert main(["run", str(feat_dep), "--input", str(tmp_path / "bad.npy")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "bad.npy: shape (1, 2, 24, 20)" in err
 
 
 def _leftovers(folder) -> list[str]:
