@@ -154,6 +154,7 @@ def _add_report(sub):
 
 # extra subcommands: name -> function(subparsers) that registers one
 COMMANDS = {"report": _add_report}
+COMMANDS["deploy"] = __import__("milp_planner.deploy.cli", fromlist=["cli"]).add_deploy_parsers  # deploy, run
 
 
 def build_parser() -> argparse.ArgumentParser:
