@@ -13,6 +13,7 @@ import warnings
 
 from milp_planner import __version__
 from milp_planner.errors import PlannerError
+from milp_planner.report.baselines import DEFAULT_BASELINE_TIME_LIMIT
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -118,7 +119,8 @@ def cmd_planners(args) -> int:
 
 def cmd_solve(args) -> int:
     from milp_planner.planners import get_planner
-    from milp_planner.report.terminal import progress_printer, render_result
+    from milp_planner.report.baselines import parse_baselines, run_baselines
+    from milp_planner.report.terminal import bound_source, progress_printer, render_result
 
     inst = _load_instance(args)
     options = {}
@@ -131,16 +133,30 @@ def cmd_solve(args) -> int:
         except json.JSONDecodeError:
             options[k] = v
     planner = get_planner(args.planner, **options)
+    compare = parse_baselines(args.compare, args.planner)
     objective = args.objective or inst.objective
     with progress_printer(enabled=not args.quiet and not args.json) as progress:
         result = planner.solve(inst, objective=objective, time_limit=args.time_limit,
                                threads=args.threads, seed=args.seed, progress=progress)
     if args.out and result.plan is not None:
         result.plan.save(args.out)
+    baselines = []
+    if compare:
+        def announce(name):
+            if not args.quiet and not args.json:
+                print(f"comparing with {name} ...", file=sys.stderr, flush=True)
+
+        baselines = run_baselines(inst, compare, result.value if result.plan is not None else None, objective,
+                                  time_limit=args.compare_time_limit, threads=args.threads, seed=args.seed,
+                                  progress=announce)
     if args.json:
-        _print_json(result.to_dict())
+        out = result.to_dict()
+        out["bound_source"] = bound_source(result)
+        if compare:
+            out["baselines"] = [b.to_dict() for b in baselines]
+        _print_json(out)
     else:
-        render_result(result, inst)
+        render_result(result, inst, baselines, detail=args.detail, baseline_time_limit=args.compare_time_limit)
         if args.out and result.plan is not None:
             print(f"plan written to {args.out}")
     return 0 if result.status in ("optimal", "feasible", "timeout") and result.plan is not None else 1
@@ -207,6 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="write the plan as JSON")
     s.add_argument("--json", action="store_true")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress")
+    s.add_argument("--compare", metavar="PLANNERS",
+                   help="baselines to run on the same instance and compare with the result, comma-separated "
+                        "(default for exact planners: neurosurgeon,modnn,coopai; 'none' for none)")
+    s.add_argument("--compare-time-limit", type=float, default=DEFAULT_BASELINE_TIME_LIMIT, metavar="S",
+                   help=f"seconds per baseline (default {DEFAULT_BASELINE_TIME_LIMIT:g})")
+    s.add_argument("--detail", action="store_true",
+                   help="also every layer's rows (halos included), the transfers and every metric")
     s.set_defaults(func=cmd_solve)
 
     for register in COMMANDS.values():
