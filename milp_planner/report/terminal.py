@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -143,7 +144,8 @@ def bound_source(result) -> str | None:
     if result.planner == "bruteforce" and "plans" in info:
         return f"every plan of the space evaluated ({info['plans']:,} plans)"
     if result.planner in _GRAPH_SOLVERS and "rounds" in info:
-        return (f"layout relaxation + {info['rounds']} round(s) of bounded enumeration; "
+        rounds = info["rounds"]
+        return (f"layout relaxation + {rounds} round{'s' if rounds != 1 else ''} of bounded enumeration; "
                 f"{_GRAPH_SOLVERS[result.planner]} over the last round's {info.get('stage_arcs', 0):,} stage options")
     if result.planner == "lp-round":
         return "LP relaxation of the MILP (HiGHS)"
@@ -209,14 +211,14 @@ def render_certificate(result, inst: Instance) -> None:
     """Status, the objective in its unit, the proven bound and its source, gap, space, time."""
     c = _console()
     obj = result.objective
-    rows = [("status", f"[bold]{result.status}[/bold]"),
+    rows = [("status", result.status),
             (obj, fmt_objective(obj, result.value) + ("" if result.metrics is None or result.metrics.feasible
                                                       else "  (breaks a cap)")),
             ("bound", fmt_objective(obj, result.bound)),
             ("gap", "-" if result.gap is None else f"{result.gap * 100:.4f} %")]
     src = bound_source(result)
     if src:
-        rows.append(("bound from", escape(src)))
+        rows.append(("bound from", src))
     rows.append(("space", _space_text(result.space)))
     rows.append(("time", f"{result.solve_time_s:.2f} s"))
     from milp_planner.errors import PlannerError
@@ -228,12 +230,11 @@ def render_certificate(result, inst: Instance) -> None:
         exact = result.bound is not None
     title = "certificate" if exact else "result (no proof: not an exact planner)"
     c.print(f"[bold]{title}[/bold] ({escape(result.planner)})")
-    t = Table(box=None, pad_edge=False, show_header=False)
-    t.add_column(style="bold")
-    t.add_column()
-    for k, v in rows:
-        t.add_row(f"  {k}", v)
-    c.print(t)
+    width = max(len(k) for k, _ in rows)
+    indent = " " * (width + 4)
+    for k, v in rows:  # values wrap under themselves
+        lines = textwrap.wrap(v, width=max(20, c.width - len(indent))) or [""]
+        c.print(f"  [bold]{k.ljust(width)}[/bold]  " + f"\n{indent}".join(escape(x) for x in lines))
     if result.message:
         c.print(f"  {escape(result.message)}")
 
