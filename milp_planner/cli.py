@@ -13,7 +13,6 @@ import warnings
 
 from milp_planner import __version__
 from milp_planner.errors import PlannerError
-from milp_planner.report.baselines import DEFAULT_BASELINE_TIME_LIMIT
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -119,7 +118,7 @@ def cmd_planners(args) -> int:
 
 def cmd_solve(args) -> int:
     from milp_planner.planners import get_planner
-    from milp_planner.report.baselines import parse_baselines, run_baselines
+    from milp_planner.report.baselines import DEFAULT_BASELINE_TIME_LIMIT, parse_baselines, run_baselines
     from milp_planner.report.terminal import bound_source, progress_printer, render_result
 
     inst = _load_instance(args)
@@ -134,6 +133,9 @@ def cmd_solve(args) -> int:
             options[k] = v
     planner = get_planner(args.planner, **options)
     compare = parse_baselines(args.compare, args.planner)
+    compare_limit = DEFAULT_BASELINE_TIME_LIMIT if args.compare_time_limit is None else args.compare_time_limit
+    if compare_limit <= 0:
+        raise PlannerError(f"--compare-time-limit: must be > 0 seconds (got {compare_limit:g})")
     objective = args.objective or inst.objective
     with progress_printer(enabled=not args.quiet and not args.json) as progress:
         result = planner.solve(inst, objective=objective, time_limit=args.time_limit,
@@ -147,7 +149,7 @@ def cmd_solve(args) -> int:
                 print(f"comparing with {name} ...", file=sys.stderr, flush=True)
 
         baselines = run_baselines(inst, compare, result.value if result.plan is not None else None, objective,
-                                  time_limit=args.compare_time_limit, threads=args.threads, seed=args.seed,
+                                  time_limit=compare_limit, threads=args.threads, seed=args.seed,
                                   progress=announce)
     if args.json:
         out = result.to_dict()
@@ -156,7 +158,7 @@ def cmd_solve(args) -> int:
             out["baselines"] = [b.to_dict() for b in baselines]
         _print_json(out)
     else:
-        render_result(result, inst, baselines, detail=args.detail, baseline_time_limit=args.compare_time_limit)
+        render_result(result, inst, baselines, detail=args.detail, baseline_time_limit=compare_limit)
         if args.out and result.plan is not None:
             print(f"plan written to {args.out}")
     return 0 if result.status in ("optimal", "feasible", "timeout") and result.plan is not None else 1
@@ -226,8 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--compare", metavar="PLANNERS",
                    help="baselines to run on the same instance and compare with the result, comma-separated "
                         "(default for exact planners: neurosurgeon,modnn,coopai; 'none' for none)")
-    s.add_argument("--compare-time-limit", type=float, default=DEFAULT_BASELINE_TIME_LIMIT, metavar="S",
-                   help=f"seconds per baseline (default {DEFAULT_BASELINE_TIME_LIMIT:g})")
+    s.add_argument("--compare-time-limit", type=float, metavar="S", help="seconds per baseline (default 10)")
     s.add_argument("--detail", action="store_true",
                    help="also every layer's rows (halos included), the transfers and every metric")
     s.set_defaults(func=cmd_solve)
