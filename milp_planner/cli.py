@@ -118,7 +118,8 @@ def cmd_planners(args) -> int:
 
 def cmd_solve(args) -> int:
     from milp_planner.planners import get_planner
-    from milp_planner.report.terminal import progress_printer, render_result
+    from milp_planner.report.baselines import DEFAULT_BASELINE_TIME_LIMIT, parse_baselines, run_baselines
+    from milp_planner.report.terminal import bound_source, progress_printer, render_result
 
     inst = _load_instance(args)
     options = {}
@@ -131,16 +132,33 @@ def cmd_solve(args) -> int:
         except json.JSONDecodeError:
             options[k] = v
     planner = get_planner(args.planner, **options)
+    compare = parse_baselines(args.compare, args.planner)
+    compare_limit = DEFAULT_BASELINE_TIME_LIMIT if args.compare_time_limit is None else args.compare_time_limit
+    if compare_limit <= 0:
+        raise PlannerError(f"--compare-time-limit: must be > 0 seconds (got {compare_limit:g})")
     objective = args.objective or inst.objective
     with progress_printer(enabled=not args.quiet and not args.json) as progress:
         result = planner.solve(inst, objective=objective, time_limit=args.time_limit,
                                threads=args.threads, seed=args.seed, progress=progress)
     if args.out and result.plan is not None:
         result.plan.save(args.out)
+    baselines = []
+    if compare:
+        def announce(name):
+            if not args.quiet and not args.json:
+                print(f"comparing with {name} ...", file=sys.stderr, flush=True)
+
+        baselines = run_baselines(inst, compare, result.value if result.plan is not None else None, objective,
+                                  time_limit=compare_limit, threads=args.threads, seed=args.seed,
+                                  progress=announce)
     if args.json:
-        _print_json(result.to_dict())
+        out = result.to_dict()
+        out["bound_source"] = bound_source(result)
+        if compare:
+            out["baselines"] = [b.to_dict() for b in baselines]
+        _print_json(out)
     else:
-        render_result(result, inst)
+        render_result(result, inst, baselines, detail=args.detail, baseline_time_limit=compare_limit)
         if args.out and result.plan is not None:
             print(f"plan written to {args.out}")
     return 0 if result.status in ("optimal", "feasible", "timeout") and result.plan is not None else 1
@@ -208,6 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="write the plan as JSON")
     s.add_argument("--json", action="store_true")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress")
+    s.add_argument("--compare", metavar="PLANNERS",
+                   help="baselines to run on the same instance and compare with the result, comma-separated "
+                        "(default for exact planners: neurosurgeon,modnn,coopai; 'none' for none)")
+    s.add_argument("--compare-time-limit", type=float, metavar="S", help="seconds per baseline (default 10)")
+    s.add_argument("--detail", action="store_true",
+                   help="also every layer's rows (halos included), the transfers and every metric")
     s.set_defaults(func=cmd_solve)
 
     for register in COMMANDS.values():

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from milp_planner.cost.evaluator import EXTERNAL, Metrics
@@ -117,18 +119,172 @@ def render_plan(plan: Plan, inst: Instance, m: Metrics | None = None) -> None:
             c.print(f"    {inst.devices[tr.src].name} -> {dst}: {tr.tensor} {fmt_bytes(tr.bytes)} ({fmt_s(tr.time_s)})")
 
 
-def render_result(result, inst: Instance) -> None:
+def fmt_objective(objective: str, x: float | None) -> str:
+    """``x`` in the unit of ``objective`` (latency and period in s/ms/us, energy in J, memory in bytes)."""
+    if x is None:
+        return "-"
+    if objective in ("latency", "period"):
+        return fmt_s(x)
+    if objective == "energy":
+        return f"{x:.6g} J"
+    return fmt_bytes(x)
+
+
+# what each exact planner solves in the last round's stage graph (docs/exact.md)
+_GRAPH_SOLVERS = {"milp": "MILP (Pyomo + HiGHS)", "cpsat": "CP-SAT", "dp": "shortest path (DP)"}
+
+
+def bound_source(result) -> str | None:
+    """Where ``result.bound`` comes from, in words; None when the planner does not say."""
+    info = result.info or {}
+    if result.bound is None:
+        return None
+    if info.get("bound_source"):
+        return str(info["bound_source"])
+    if result.planner == "bruteforce" and "plans" in info:
+        return f"every plan of the space evaluated ({info['plans']:,} plans)"
+    if result.planner in _GRAPH_SOLVERS and "rounds" in info:
+        rounds = info["rounds"]
+        return (f"layout relaxation + {rounds} round{'s' if rounds != 1 else ''} of bounded enumeration; "
+                f"{_GRAPH_SOLVERS[result.planner]} over the last round's {info.get('stage_arcs', 0):,} stage options")
+    if result.planner == "lp-round":
+        return "LP relaxation of the MILP (HiGHS)"
+    return None
+
+
+def _space_text(space: dict) -> str:
+    if not space:
+        return "-"
+    return (f"stages of <= {space.get('fusion_limit')} layers, <= {space.get('max_parts')} parts, "
+            f"splits {', '.join(space.get('splits', []))}, axes {', '.join(space.get('axes', []))}")
+
+
+def render_stage_table(plan: Plan, inst: Instance, m: Metrics) -> None:
+    """Stage by stage: its layers, axis, which device computes which rows or channels of the
+    stage's last layer (halo rows not shown; ``show`` lists them layer by layer), its time."""
+    from milp_planner.cost.evaluator import normalized_stages
+
     c = _console()
-    unit = {"latency": fmt_s, "period": fmt_s, "energy": lambda x: f"{x:.6g} J" if x is not None else "-",
-            "memory": lambda x: fmt_bytes(x) if x is not None else "-"}[result.objective]
-    c.print(f"[bold]{result.planner}[/bold] on {inst.name}: status [bold]{result.status}[/bold]")
-    c.print(f"objective ({result.objective}) {unit(result.value)}   bound {unit(result.bound)}   "
-            f"gap {'-' if result.gap is None else f'{result.gap * 100:.4f} %'}   time {result.solve_time_s:.2f} s")
+    g = inst.graph
+    stages = normalized_stages(plan, inst)
+    n_split = sum(1 for _, _, axis, _ in stages if axis != "none")
+    n_fused = sum(1 for first, last, _, _ in stages if last > first)
+    c.print(f"[bold]plan[/bold]: {len(stages)} stages over {len(g.layers)} layers; "
+            f"{n_split} split across devices, {n_fused} fuse 2 or more layers")
+    t = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+    for col, just in (("#", "right"), ("layers", "left"), ("axis", "left"), ("device", "left"),
+                      ("computes", "left"), ("tau", "right")):
+        t.add_column(col, justify=just)
+    for i, (first, last, axis, parts) in enumerate(stages):
+        if first == last:
+            layers = f"{first} {g.layers[first].name}"
+        else:
+            layers = f"{first}-{last} {g.layers[first].name}..{g.layers[last].name}"
+        for j, (d, r) in enumerate(parts):
+            what = "all" if axis == "none" else f"{'rows' if axis == 'rows' else 'channels'} {r[0]}:{r[1]}"
+            t.add_row(str(i) if j == 0 else "", escape(layers) if j == 0 else "", axis if j == 0 else "",
+                      escape(inst.devices[d].name), what, fmt_s(m.stages[i].tau_s) if j == 0 else "")
+    c.print(t)
+    if m.gather_s:
+        c.print(f"  + gather of the outputs at the sink: {fmt_s(m.gather_s)}")
+
+
+def render_devices(m: Metrics, inst: Instance) -> None:
+    """Per device: its profile, how many stages it computes in, memory against capacity, energy."""
+    c = _console()
+    busy = {d: 0 for d in range(len(inst.devices))}
+    for s in m.stages:
+        for d, _ in s.parts:
+            busy[d] += 1
+    t = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+    for col, just in (("device", "left"), ("profile", "left"), ("stages", "right"), ("memory", "right"),
+                      ("capacity", "right"), ("energy", "right")):
+        t.add_column(col, justify=just)
+    for d, dev in enumerate(inst.devices):
+        cap = fmt_bytes(dev.memory_bytes) if dev.memory_bytes is not None else "unbounded"
+        t.add_row(escape(dev.name), escape(dev.profile or "-"), str(busy[d]), fmt_bytes(m.memory_bytes[dev.name]),
+                  cap, f"{m.energy_per_device_j[dev.name]:.4g} J")
+    c.print(t)
+
+
+def render_certificate(result, inst: Instance) -> None:
+    """Status, the objective in its unit, the proven bound and its source, gap, space, time."""
+    c = _console()
+    obj = result.objective
+    rows = [("status", result.status),
+            (obj, fmt_objective(obj, result.value) + ("" if result.metrics is None or result.metrics.feasible
+                                                      else "  (breaks a cap)")),
+            ("bound", fmt_objective(obj, result.bound)),
+            ("gap", "-" if result.gap is None else f"{result.gap * 100:.4f} %")]
+    src = bound_source(result)
+    if src:
+        rows.append(("bound from", src))
+    rows.append(("space", _space_text(result.space)))
+    rows.append(("time", f"{result.solve_time_s:.2f} s"))
+    from milp_planner.errors import PlannerError
+    from milp_planner.planners import planner_class
+
+    try:
+        exact = planner_class(result.planner).exact
+    except PlannerError:
+        exact = result.bound is not None
+    title = "certificate" if exact else "result (no proof: not an exact planner)"
+    c.print(f"[bold]{title}[/bold] ({escape(result.planner)})")
+    width = max(len(k) for k, _ in rows)
+    indent = " " * (width + 4)
+    for k, v in rows:  # values wrap under themselves
+        lines = textwrap.wrap(v, width=max(20, c.width - len(indent))) or [""]
+        c.print(f"  [bold]{k.ljust(width)}[/bold]  " + f"\n{indent}".join(escape(x) for x in lines))
     if result.message:
-        c.print(result.message)
+        c.print(f"  {escape(result.message)}")
+
+
+def render_baselines(baselines, result, time_limit: float | None) -> None:
+    """Each baseline's objective and how far it is from the result (+x %)."""
+    if not baselines:
+        return
+    c = _console()
+    ref = "the certified optimum" if result.status == "optimal" else f"{escape(result.planner)}'s plan"
+    limit = "" if time_limit is None else f", {time_limit:g} s each"
+    c.print(f"[bold]baselines[/bold] (same instance and evaluator{limit}; vs {ref})")
+    t = Table(box=None, pad_edge=False, show_header=False)
+    for just in ("left", "right", "right", "left"):
+        t.add_column(justify=just)
+    for b in baselines:
+        vs = "-" if b.vs_reference is None else f"{b.vs_reference * 100:+.1f} %"
+        notes = []
+        if b.status not in ("feasible", "optimal"):
+            notes.append(b.status + (f": {b.message}" if b.message else ""))
+        if b.feasible is False:
+            notes.append("breaks a cap")
+        if b.in_space is False:
+            notes.append("outside the search space")
+        t.add_row(f"  {escape(b.planner)}", fmt_objective(result.objective, b.value), vs, escape("; ".join(notes)))
+    c.print(t)
+    c.print("  [dim]sources: milp-planner planners; docs/planners.md[/dim]")
+
+
+def render_result(result, inst: Instance, baselines=(), detail: bool = False,
+                  baseline_time_limit: float | None = None) -> None:
+    """The human output of ``solve``: the plan, the devices, the certificate, the baselines.
+
+    ``detail``: also every layer's rows (halos included), the transfers and the full metrics,
+    as ``show`` and ``evaluate`` print them.
+    """
+    c = _console()
+    g = inst.graph
+    c.print(f"[bold]{escape(result.planner)}[/bold] on [bold]{escape(inst.name)}[/bold]: "
+            f"{escape(inst.model or g.name)} ({len(g.layers)} layers) on {len(inst.devices)} devices, "
+            f"objective {result.objective}")
     if result.plan is not None and result.metrics is not None:
-        render_plan(result.plan, inst, result.metrics)
-        render_metrics(result.metrics, inst)
+        if detail:
+            render_plan(result.plan, inst, result.metrics)
+            render_metrics(result.metrics, inst)
+        else:
+            render_stage_table(result.plan, inst, result.metrics)
+            render_devices(result.metrics, inst)
+    render_certificate(result, inst)
+    render_baselines(baselines, result, baseline_time_limit)
 
 
 @contextmanager
