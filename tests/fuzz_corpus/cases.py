@@ -145,10 +145,12 @@ LAUGHS_FLOW = "[&a [lol,lol,lol,lol,lol,lol,lol,lol,lol], " + ", ".join(
 MERGE_KEYS = """\
 name: merged
 model: zoo:tiny_chain
-x-base: &base {compute: {macs_per_s: 5.0e9}, memory_mb: 512}
 devices:
-  - {<<: *base, name: a}
+  - &base {name: a, compute: {macs_per_s: 5.0e9}, memory_mb: 512}
   - {<<: *base, name: b}
+  - <<: *base
+    name: c
+    memory_mb: 256
 network: {bandwidth_mbps: 100}
 """
 
