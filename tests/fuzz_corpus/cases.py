@@ -234,6 +234,8 @@ CASES: list[Case] = [
         [{"first": 0, "last": 5, "axis": "rows", "parts": [{"device": "pi4", "range": [False, True]}]}])}),
     Case("plan_one_part_bad_range", EVAL, files={"i.yaml": instance(), "p.json": plan(
         [{"first": 0, "last": 5, "axis": "rows", "parts": [{"device": "pi4", "range": [999, -5]}]}])}),
+    Case("plan_one_part_partial", EVAL, files={"i.yaml": instance(), "p.json": plan(
+        [{"first": 0, "last": 5, "axis": "rows", "parts": [{"device": "pi4", "range": [0, 3]}]}])}),
     Case("plan_range_outside", EVAL, files={"i.yaml": instance(), "p.json": plan(
         [{"first": 0, "last": 5, "axis": "rows",
           "parts": [{"device": "pi4", "range": [0, 4]}, {"device": "pi5", "range": [4, 99]}]}])}),
