@@ -287,15 +287,18 @@ class Planner:
 
 
 def check_solve_arguments(objective, time_limit, threads, seed) -> None:
-    """``PlannerError`` unless the time limit is finite and > 0 (or None), threads >= 1, seed >= 0."""
+    """``PlannerError`` unless the time limit is finite and >= 0 (or None), threads >= 1, seed >= 0.
+
+    A time limit of 0 stops at the first check (tests use it); the command line asks for > 0.
+    """
     from milp_planner.instance.types import OBJECTIVES
 
     if objective is not None and objective not in OBJECTIVES:
         raise PlannerError(f"objective must be one of {', '.join(OBJECTIVES)} (got {objective!r})")
     if time_limit is not None:
         if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) \
-                or not math.isfinite(time_limit) or time_limit <= 0:
-            raise PlannerError(f"time limit must be a finite number of seconds > 0 (got {time_limit!r})")
+                or not math.isfinite(time_limit) or time_limit < 0:
+            raise PlannerError(f"time limit must be a finite number of seconds >= 0 (got {time_limit!r})")
         if time_limit > 10**7:
             raise PlannerError(f"time limit must be at most 1e7 s (got {time_limit!r})")
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024:

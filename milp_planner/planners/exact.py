@@ -30,7 +30,40 @@ from formulations.warmstart import WarmStart, dp_warm_start
 from milp_planner.errors import PlannerError
 from milp_planner.cost.evaluator import evaluate_stages
 from milp_planner.instance import Instance
-from milp_planner.planners.base import Planner, PlanResult, SolveContext, space_dict
+from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext, space_dict
+
+
+def _solver_available(name: str) -> str | None:
+    import logging
+
+    import pyomo.environ as pyo
+
+    log = logging.getLogger("pyomo")
+    level = log.level
+    log.setLevel(logging.CRITICAL)  # Pyomo logs a traceback for an unknown name
+    try:
+        ok = pyo.SolverFactory(name).available(exception_flag=False)
+    except Exception:  # Pyomo raises assorted errors for unknown names
+        ok = False
+    finally:
+        log.setLevel(level)
+    return None if ok else "is not an available Pyomo solver (e.g. appsi_highs)"
+
+
+#: the options of the rounds (``formulations.rounds.RoundSettings``) and of the DP warm start
+ROUND_OPTIONS = (
+    Option("bounded", bool, True, "enumerate only plans within an upper bound (latency, energy)"),
+    Option("max_arcs", int, 3_000_000, "most stage arcs in the graph", ge=1, le=10**9),
+    Option("max_options", int, 250_000, "most stage options per layer range", ge=1, le=10**9),
+    Option("delta", float, 0.0025, "first round's relative window above the bound", ge=0, le=1e6),
+    Option("round_budget", int, 60_000, "arcs one round may enumerate", ge=1, le=10**9),
+    Option("growth", float, 0.002, "relative window growth per round", gt=0, le=1e6),
+    Option("capped_search", bool, True, "resource-constrained DP search under memory caps"),
+    Option("max_labels", int, 2_000_000, "label budget of the capped DP search", ge=1, le=10**9),
+    Option("lagrange_rounds", int, 12, "Lagrangian price rounds", ge=0, le=10**6),
+)
+FIX_ARCS = Option("fix_arcs", bool, True, "remove arcs that cannot beat the warm start (reduced-cost fixing)")
+LOG = Option("log", bool, False, "print the solver log")
 
 
 class ExactPlanner(Planner):
@@ -38,6 +71,7 @@ class ExactPlanner(Planner):
     a subclass only says how one round's graph is solved (``solve_graph``)."""
 
     exact = True
+    option_specs = ROUND_OPTIONS
 
     def solve(self, instance, **kw):
         try:
@@ -168,6 +202,11 @@ class MILPPlanner(ExactPlanner):
     name = "milp"
     description = "path-flow MILP over the stage graph (Pyomo + HiGHS), DP warm start and arc fixing"
     source = "this project; Pyomo model in formulations.milp"
+    option_specs = ROUND_OPTIONS + (
+        Option("solver", str, "appsi_highs", "Pyomo solver name", check=_solver_available),
+        FIX_ARCS,
+        LOG,
+    )
 
     def solve_graph(self, sg: StageGraph, ctx: SolveContext, ws: WarmStart) -> GraphSolve:
         return solve_highs(sg, ctx, ws, solver_name=self.options.get("solver", "appsi_highs"),
@@ -182,6 +221,7 @@ class CPSATPlanner(ExactPlanner):
     name = "cpsat"
     description = "path-flow CP-SAT model over the stage graph (OR-Tools), integer ns/nJ/bytes, DP hint"
     source = "this project; CpModel in formulations.cpsat"
+    option_specs = ROUND_OPTIONS + (FIX_ARCS,)
 
     def solve_graph(self, sg: StageGraph, ctx: SolveContext, ws: WarmStart) -> GraphSolve:
         return solve_cpsat(sg, ctx, ws, fix_arcs=bool(self.options.get("fix_arcs", True)))
@@ -194,6 +234,7 @@ class BruteForcePlanner(ExactPlanner):
     name = "bruteforce"
     description = "enumerates every plan of the space and scores each with the evaluator (tiny instances)"
     source = "this project; the cross-check of the exact planners"
+    option_specs = (Option("max_plans", int, 200_000, "most plans enumerated", ge=1, le=10**9),)
 
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
         limit = int(self.options.get("max_plans", 200_000))

@@ -57,8 +57,8 @@ from formulations.warmstart import pruned_arcs
 
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.instance import Instance
-from milp_planner.planners.base import PlanResult, SolveContext
-from milp_planner.planners.exact import ExactPlanner
+from milp_planner.planners.base import Option, PlanResult, SolveContext
+from milp_planner.planners.exact import FIX_ARCS, LOG, ROUND_OPTIONS, ExactPlanner
 
 FLOW_TIE = 1e-9  # flows closer than this are ties
 FRACTIONAL = 1e-6  # x in (1e-6, 1 - 1e-6) counts as fractional
@@ -70,6 +70,12 @@ class LPRoundPlanner(ExactPlanner):
     description = "LP relaxation of the MILP (HiGHS), greedy rounding of its flow; the LP optimum as bound"
     source = "this project; LP relaxation of formulations.milp, largest-flow rounding (GitHub issue #6)"
     exact = False  # the bound is the LP's; the plan is not certified
+    option_specs = ROUND_OPTIONS + (
+        FIX_ARCS,
+        LOG,
+        Option("repair_time_limit", float, 30.0, "seconds for the support MILP that repairs a rounding",
+               gt=0, le=1e7),
+    )
 
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
         import pyomo.environ as pyo
