@@ -65,7 +65,8 @@ class Option:
             rng.append(f">={self.ge:g}")
         if self.le is not None:
             rng.append(f"<={self.le:g}")
-        default = "auto" if self.default is None else self.default
+        default = "auto" if self.default is None else (str(self.default).lower() if isinstance(self.default, bool)
+                                                        else self.default)
         return f"{self.name}={default}" + (f" ({', '.join(rng)})" if rng else "")
 
     def coerce(self, value: Any, planner: str) -> Any:

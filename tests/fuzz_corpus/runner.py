@@ -58,7 +58,9 @@ def _snapshot(d: Path) -> dict[str, str]:
 
 
 def _is_traceback(stderr: str) -> bool:
-    return "Traceback (most recent call last)" in stderr or "Exception ignored" in stderr
+    # an "internal error" line is a traceback the CLI folded into one line: still a bug
+    return ("Traceback (most recent call last)" in stderr or "Exception ignored" in stderr
+            or "milp-planner: internal error:" in stderr)
 
 
 def classify(case: Case, res: Result, before: dict[str, str]) -> None:
