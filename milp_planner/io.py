@@ -88,14 +88,14 @@ def check_output_path(path, inputs=(), *, directory: bool = False, option: str =
         raise PlannerError(f"{option} {path}: {probe} is a file, not a directory")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise PlannerError(f"{option} {path}: directory {probe} is not writable")
-    if probe == target_dir:
-        # root ignores permission bits: try to create (and remove) a file there
-        try:
-            fd, tmp = tempfile.mkstemp(dir=target_dir, prefix=".milp-planner-probe.", suffix=".tmp")
-        except OSError as e:
-            raise PlannerError(f"{option} {path}: cannot write in {target_dir} ({e.strerror})") from None
-        os.close(fd)
-        os.unlink(tmp)
+    # root ignores permission bits (and read-only mounts say so only on write): create and
+    # remove a file in the directory that will receive the output or its first directory
+    try:
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".milp-planner-probe.", suffix=".tmp")
+    except OSError as e:
+        raise PlannerError(f"{option} {path}: cannot write in {probe} ({e.strerror})") from None
+    os.close(fd)
+    os.unlink(tmp)
     return path
 
 

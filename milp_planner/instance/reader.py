@@ -443,7 +443,7 @@ def _table(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> dict:
         if not isinstance(lname, str) or lname not in names:
             some = ", ".join(layer.name for layer in graph.layers[:4])
             raise ctx.fail(k, f"no layer named {_show(lname)} in the model (layers: {some}, ...)")
-        if _is_number(entry):
+        if _is_number(entry) or isinstance(entry, BadNumber):
             out[lname] = ((Fraction(1), _number(ctx, k, entry, nonneg=True)),)
             continue
         if not isinstance(entry, list) or not entry:
@@ -536,7 +536,7 @@ def _device(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> Device:
 def _matrix(ctx: _Ctx, key: str, value: Any, n: int, *, positive: bool, scale: Fraction,
             diagonal: float) -> tuple[tuple[float, ...], ...]:
     """A scalar for every pair or an n x n matrix; returns floats in base units."""
-    if _is_number(value):
+    if _is_number(value) or isinstance(value, BadNumber):
         v = _number(ctx, key, value, positive=positive, nonneg=not positive)
         x = float(v * scale)
         return tuple(tuple(diagonal if i == j else x for j in range(n)) for i in range(n))
@@ -564,7 +564,7 @@ def _matrix(ctx: _Ctx, key: str, value: Any, n: int, *, positive: bool, scale: F
 
 
 def _vector(ctx: _Ctx, key: str, value: Any, n: int, *, positive: bool, scale: Fraction) -> tuple[float, ...]:
-    if _is_number(value):
+    if _is_number(value) or isinstance(value, BadNumber):
         v = _number(ctx, key, value, positive=positive, nonneg=not positive)
         return tuple(float(v * scale) for _ in range(n))
     if not isinstance(value, list):

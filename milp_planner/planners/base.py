@@ -157,10 +157,10 @@ def resolve_planner_options(planner: str, declared: tuple[Option, ...], given: d
     spec = {o.name: o for o in declared}
     for key in given:
         if key not in spec:
-            valid = ", ".join(spec) if spec else "none"
+            valid = f"valid: {', '.join(spec)}" if spec else "it takes no options"
             hint = difflib.get_close_matches(str(key), list(spec), n=1)
             did = f"; did you mean {hint[0]!r}?" if hint else ""
-            raise PlannerError(f"planner {planner!r}: unknown option {str(key)!r} (valid: {valid}){did}")
+            raise PlannerError(f"planner {planner!r}: unknown option {str(key)!r} ({valid}){did}")
     out = {o.name: o.default for o in declared if o.default is not None}
     for key, value in given.items():
         v = spec[key].coerce(value, planner)

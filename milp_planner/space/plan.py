@@ -65,7 +65,10 @@ def _schema_path(path) -> str:
 
 
 def _short(value) -> str:
-    text = json.dumps(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
     if isinstance(value, dict):
         text = "an object"
     elif isinstance(value, list):
@@ -161,6 +164,10 @@ class Plan:
     def from_dict(cls, data: dict, source: str = "plan") -> "Plan":
         """Build a plan from its JSON structure; ``PlannerError`` naming the key if it breaks the schema."""
         validate_plan_dict(data, source)
+        try:  # meta is free-form, but must be JSON data (a Python caller could pass anything)
+            json.dumps(data.get("meta") or {}, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise PlannerError(f"{source}: meta: must be JSON data ({e})") from None
         stages = []
         for s in data["stages"]:
             parts = tuple(Part(p["device"], tuple(p["range"]) if p.get("range") is not None else None)

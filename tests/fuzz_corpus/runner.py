@@ -112,12 +112,93 @@ def classify(case: Case, res: Result, before: dict[str, str]) -> None:
     res.outcome = "correct run"
 
 
-def run_case(case: Case, timeout: float = 20.0, root: Path | None = None) -> Result:
-    """Run one case in a fresh directory (under ``root``) and classify it."""
+def _run_forked(case: Case, argv: list[str], d: Path, timeout: float) -> tuple[int | None, str, str]:
+    """``main(argv)`` in a forked child (no interpreter start-up, the same isolation)."""
+    import signal
+    import time
+    import traceback
+
+    out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+    r, w = os.pipe() if case.stdout == "broken" else (None, None)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 1
+        try:
+            os.setsid()
+            os.chdir(d)
+            os.environ.pop("MILP_PLANNER_DEBUG", None)
+            os.dup2(err.fileno(), 2)
+            sys.stderr = open(2, "w", closefd=False)  # pytest's capture objects replaced sys.std*
+            if case.stdout == "closed":
+                os.close(1)
+                sys.stdout = None
+            elif case.stdout == "broken":
+                os.close(r)
+                os.dup2(w, 1)
+                os.close(w)
+            else:
+                os.dup2(out.fileno(), 1)
+            if case.stdout != "closed":
+                sys.stdout = open(1, "w", closefd=False)
+            sys.stdin = open(os.devnull)
+            from milp_planner.cli import main
+
+            try:
+                code = main(argv)
+            except SystemExit as e:  # argparse
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+            try:
+                if sys.stdout is not None:
+                    sys.stdout.flush()
+            except (BrokenPipeError, OSError):
+                sys.stderr.write("Exception ignored while flushing sys.stdout\n")
+                code = 120
+            sys.stderr.flush()
+        except BaseException:  # an uncaught exception: what Python would print
+            try:
+                sys.stderr.write(traceback.format_exc())
+                sys.stderr.flush()
+            except BaseException:
+                pass
+            code = 1
+        os._exit(code if isinstance(code, int) else 1)
+    if case.stdout == "broken":
+        os.close(w)
+        os.close(r)  # the reader goes away: writes fail with EPIPE
+    deadline = time.monotonic() + timeout
+    rc = None
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            rc = os.waitstatus_to_exitcode(status)
+            break
+        if time.monotonic() > deadline:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            break
+        time.sleep(0.01)
+    out.seek(0)
+    err.seek(0)
+    return rc, out.read().decode("utf-8", "replace"), err.read().decode("utf-8", "replace")
+
+
+def run_case(case: Case, timeout: float = 20.0, root: Path | None = None, fork: bool = False) -> Result:
+    """Run one case in a fresh directory (under ``root``) and classify it.
+
+    ``fork=True`` runs ``main`` in a forked child of this process (fast; for cases that set
+    no environment), otherwise a fresh ``python -m milp_planner``.
+    """
     d = Path(tempfile.mkdtemp(prefix=f"fuzz-{case.name}-", dir=root))
     _materialize(case, d)
     before = _snapshot(d)
     argv = [a.replace("{dir}", str(d)) for a in case.argv]
+    if fork and not case.env and hasattr(os, "fork"):
+        rc, out, err = _run_forked(case, argv, d, timeout)
+        res = Result(case.name, d, rc, out, err)
+        classify(case, res, before)
+        return res
     env = dict(os.environ)
     env.pop("MILP_PLANNER_DEBUG", None)
     paths = [v.replace("{dir}", str(d)) for k, v in case.env.items() if k == "PYTHONPATH"]
@@ -144,6 +225,10 @@ def run_case(case: Case, timeout: float = 20.0, root: Path | None = None) -> Res
     return res
 
 
-def run_all(cases: list[Case], timeout: float = 20.0, workers: int = 2, root: Path | None = None) -> list[Result]:
+def run_all(cases: list[Case], timeout: float = 20.0, workers: int = 2, root: Path | None = None,
+            fork: bool = False) -> list[Result]:
+    """Every case, ``workers`` at a time (forked children are run one at a time)."""
+    if fork:
+        return [run_case(c, timeout, root, fork=True) for c in cases]
     with ThreadPoolExecutor(workers) as ex:
         return list(ex.map(lambda c: run_case(c, timeout, root), cases))

@@ -25,11 +25,13 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=20.0)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("-k", help="only cases whose name contains this")
+    ap.add_argument("--fork", action="store_true",
+                    help="run main() in forked children instead of fresh interpreters (faster)")
     args = ap.parse_args()
     cases = [c for c in CASES if not args.k or args.k in c.name]
     root = Path(tempfile.mkdtemp(prefix="fuzz-tally-"))
     try:
-        results = run_all(cases, timeout=args.timeout, workers=args.workers, root=root)
+        results = run_all(cases, timeout=args.timeout, workers=args.workers, root=root, fork=args.fork)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     counts = Counter(r.outcome for r in results)
