@@ -159,9 +159,10 @@ class Diapason(Planner):
 
     option_specs = (
         Option("lr", float, 0.4, "learning rate", ge=0, le=1e6),
-        Option("iterations", int, 20, "gradient steps", ge=0, le=10**6),
+        Option("iterations", int, 20, "gradient steps (the time limit stops them early)", ge=0, le=10**9),
         Option("weightsinit", str, "heuristic", "initial logits", choices=("random", "heuristic")),
-        Option("fusionlimit", int, None, "fusion limit (default: min(2, the instance's))", ge=1, le=10**4),
+        Option("fusionlimit", int, None, "fusion limit, 0 or 1 = no fusion (default: min(2, the instance's))",
+               ge=0, le=10**4),
         Option("parttype", str, None, "naive or capability (default from search.splits)",
                choices=("naive", "capability")),
         Option("loss_unit", str, "ms", "loss unit", choices=("ms", "s")),
