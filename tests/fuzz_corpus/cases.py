@@ -290,7 +290,7 @@ CASES: list[Case] = [
     Case("report_time_limit_nan", ["report", "{dir}/i.yaml", "--planners", "dp", "-q", "--time-limit", "nan",
                                    "--out", "{dir}/rep"], files={"i.yaml": instance()}),
     # -- ONNX (fixed by the importer branch)
-    Case("onnx_truncated", ["inspect", "{dir}/m.onnx"], files={"m.onnx": _onnx("truncated")}, pending="import"),
+    Case("onnx_truncated", ["inspect", "{dir}/m.onnx"], files={"m.onnx": _onnx("truncated")}),
     Case("onnx_no_outputs", ["inspect", "{dir}/m.onnx"], files={"m.onnx": _onnx("no_outputs")}, pending="import"),
     Case("onnx_opset_999", ["inspect", "{dir}/m.onnx"], files={"m.onnx": _onnx("opset999")}, pending="import"),
     Case("onnx_no_nodes", ["inspect", "{dir}/m.onnx"], files={"m.onnx": _onnx("no_nodes")}, pending="import"),
