@@ -29,7 +29,7 @@ from milp_planner.space.plan import Plan
 
 from fuzz_corpus.cases import instance as instance_text
 
-FAST = settings(max_examples=120, derandomize=True, deadline=None, database=None,
+FAST = settings(max_examples=200, derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 SLOW = settings(FAST, max_examples=1500)
 

@@ -366,9 +366,17 @@ def _int(ctx: _Ctx, key: str, value: Any, *, minimum: int | None = None, maximum
     return v
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+MAX_NAME = 1000  # names and model paths
+
+
 def _string(ctx: _Ctx, key: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ctx.fail(key, f"must be a non-empty string (got {_show(value)})")
+    if _CONTROL.search(value):
+        raise ctx.fail(key, f"must not contain control characters such as newlines (got {_show(value)})")
+    if len(value) > MAX_NAME:
+        raise ctx.fail(key, f"must be at most {MAX_NAME} characters (got {len(value)})")
     return value
 
 
