@@ -7,7 +7,13 @@
   the Lagrangian bounds with memory caps (``caps``);
 - ``build_milp(sg, objective)``: a Pyomo ``ConcreteModel`` (``milp``), HiGHS by default;
 - ``build_cpsat(sg, objective)``: an OR-Tools ``CpModel`` with handles (``cpsat``);
-- ``sg.plan_from_arcs(arcs)``: a solved model back into a ``Plan``.
+- ``sg.plan_from_arcs(arcs)``: a solved model back into a ``Plan``;
+- ``dp_warm_start`` and ``WarmStart``: the DP's plan and bound that start every solver, and the
+  arc fixing it allows (``warmstart``);
+- ``solve_dp``, ``solve_highs``, ``solve_cpsat``: one stage graph solved into a ``GraphSolve``
+  (``drivers``); ``explore``: the rounds by upper bound over the whole space (``rounds``);
+  ``GraphSolve``, ``Exploration``: what was proven (``certificate``); ``explain_infeasible``
+  (``diagnosis``).
 """
 
 from formulations.caps import CappedPath, Fixing, capped_shortest_path, lagrangian_fixing
@@ -15,6 +21,13 @@ from formulations.cpsat import CpsatModel, build_cpsat
 from formulations.dp import prefix_suffix, shortest_path
 from formulations.milp import build_milp, solution_arcs
 from formulations.stagegraph import Arc, StageGraph, StageOption, build_stage_graph, stage_options
+from formulations.certificate import Exploration, GraphSolve
+from formulations.warmstart import WarmStart, dp_warm_start
+from formulations.drivers import solve_cpsat, solve_dp, solve_highs
+from formulations.rounds import RoundSettings, explore
+from formulations.diagnosis import explain_infeasible
 
 __all__ = ["Arc", "StageGraph", "StageOption", "build_stage_graph", "stage_options", "shortest_path",
-           "prefix_suffix", "capped_shortest_path", "lagrangian_fixing", "CappedPath", "Fixing", "build_milp", "solution_arcs", "build_cpsat", "CpsatModel"]
+           "prefix_suffix", "capped_shortest_path", "lagrangian_fixing", "CappedPath", "Fixing", "build_milp", "solution_arcs", "build_cpsat", "CpsatModel",
+           "WarmStart", "dp_warm_start", "GraphSolve", "Exploration", "solve_dp", "solve_highs", "solve_cpsat",
+           "RoundSettings", "explore", "explain_infeasible"]

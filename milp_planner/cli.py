@@ -1,13 +1,18 @@
 """Command line: ``milp-planner COMMAND ...``.
 
 Every user error is a ``PlannerError`` (or an OS error on a named file) and is printed as one
-line on stderr with exit status 2, never a traceback.
+line on stderr with exit status 2, never a traceback. Values are checked before any work
+(time limit finite and > 0, threads >= 1, seed >= 0, planner options against the planner's
+declaration, ``--out`` writable and not an input file). Any other exception is printed as one
+``internal error`` line (exit 2); ``MILP_PLANNER_DEBUG=1`` shows its traceback. A closed stdout
+or a broken pipe ends the command quietly with status 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import math
+import os
 import sys
 import warnings
 
@@ -22,11 +27,42 @@ def _shape(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"--input-shape: {text!r} is not like N,C,H,W") from None
     if not dims or any(d <= 0 for d in dims):
         raise argparse.ArgumentTypeError(f"--input-shape: {text!r} must be positive integers")
+    if any(d > 1 << 20 for d in dims):
+        raise argparse.ArgumentTypeError(f"--input-shape: {text!r} has a dimension above {1 << 20}")
     return dims
 
 
+def _time_limit(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(x) or x <= 0 or x > 1e7:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds, > 0 and <= 1e7")
+    return x
+
+
+def _int_in(lo: int, hi: int):
+    def parse(text: str) -> int:
+        try:
+            x = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lo <= x <= hi:
+            raise argparse.ArgumentTypeError(f"{text!r} must be from {lo} to {hi}")
+        return x
+    parse.__name__ = "integer"
+    return parse
+
+
+THREADS = _int_in(1, 1024)
+SEED = _int_in(0, 2**32 - 1)
+
+
 def _print_json(obj) -> None:
-    sys.stdout.write(json.dumps(obj, indent=1) + "\n")
+    from milp_planner.io import dumps_json
+
+    sys.stdout.write(dumps_json(obj) + "\n")
 
 
 # -- commands ----------------------------------------------------------------------------
@@ -54,6 +90,9 @@ def cmd_zoo(args) -> int:
         for name in zoo.names():
             print(name)
         return 0
+    from milp_planner.io import check_output_path
+
+    check_output_path(args.out, option="out")
     zoo.export(args.name, args.out, size=args.size, seed=args.seed)
     print(f"wrote {args.out}")
     return 0
@@ -99,7 +138,9 @@ def cmd_planners(args) -> int:
     for name in planner_names():
         cls = planner_class(name)
         rows.append({"name": name, "description": cls.description, "source": cls.source,
-                     "exact": cls.exact, "seeded": cls.seeded})
+                     "exact": cls.exact, "seeded": cls.seeded,
+                     "options": [{"name": o.name, "type": o.type.__name__, "default": o.default,
+                                  "help": o.help, "accepts": o.describe()} for o in cls.option_specs]})
     if args.json:
         _print_json(rows)
     else:
@@ -107,11 +148,14 @@ def cmd_planners(args) -> int:
         from rich.table import Table
 
         t = Table(title="planners")
-        for col in ("name", "kind", "description", "source"):
+        from rich.markup import escape
+
+        for col in ("name", "kind", "description", "options (-O key=value; default)", "source"):
             t.add_column(col, overflow="fold")
         for r in rows:
+            opts = ", ".join(o["accepts"] for o in r["options"]) or "-"
             t.add_row(r["name"], "exact" if r["exact"] else ("seeded" if r["seeded"] else "heuristic"),
-                      r["description"], r["source"])
+                      r["description"], escape(opts), r["source"])
         Console().print(t)
     return 0
 
@@ -121,21 +165,24 @@ def cmd_solve(args) -> int:
     from milp_planner.report.baselines import DEFAULT_BASELINE_TIME_LIMIT, parse_baselines, run_baselines
     from milp_planner.report.terminal import bound_source, progress_printer, render_result
 
-    inst = _load_instance(args)
+    from milp_planner.instance.reader import resolve_instance_path
+    from milp_planner.io import check_output_path
+    from milp_planner.planners.base import parse_option_text
+
     options = {}
     for kv in args.option or []:
-        if "=" not in kv:
+        if "=" not in kv or not kv.split("=", 1)[0]:
             raise PlannerError(f"--option {kv!r}: expected KEY=VALUE")
         k, v = kv.split("=", 1)
-        try:
-            options[k] = json.loads(v)
-        except json.JSONDecodeError:
-            options[k] = v
-    planner = get_planner(args.planner, **options)
+        options[k] = parse_option_text(v)
+    planner = get_planner(args.planner, **options)  # options checked before any work
     compare = parse_baselines(args.compare, args.planner)
     compare_limit = DEFAULT_BASELINE_TIME_LIMIT if args.compare_time_limit is None else args.compare_time_limit
-    if compare_limit <= 0:
-        raise PlannerError(f"--compare-time-limit: must be > 0 seconds (got {compare_limit:g})")
+    if not (compare_limit > 0 and compare_limit < float("inf")):
+        raise PlannerError(f"--compare-time-limit: must be finite and > 0 seconds (got {compare_limit:g})")
+    if args.out:
+        check_output_path(args.out, inputs=[resolve_instance_path(args.instance)])
+    inst = _load_instance(args)
     objective = args.objective or inst.objective
     with progress_printer(enabled=not args.quiet and not args.json) as progress:
         result = planner.solve(inst, objective=objective, time_limit=args.time_limit,
@@ -170,9 +217,14 @@ def _add_report(sub):
     add_report_parser(sub)
 
 
-# extra subcommands: name -> function(subparsers) that registers one
-COMMANDS = {"report": _add_report}
-COMMANDS["deploy"] = __import__("milp_planner.deploy.cli", fromlist=["cli"]).add_deploy_parsers  # deploy, run
+def _add_deploy(sub):
+    from milp_planner.deploy.cli import add_deploy_parsers
+
+    add_deploy_parsers(sub)  # deploy, run
+
+
+# extra subcommands: name -> function(subparsers) that registers them
+COMMANDS = {"report": _add_report, "deploy": _add_deploy}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -196,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("name")
     e.add_argument("out")
     e.add_argument("--size", type=int, default=None, help="input height and width")
-    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seed", type=SEED, default=0)
     s.set_defaults(func=cmd_zoo)
 
     s = sub.add_parser("evaluate", help="every cost of a plan on an instance")
@@ -218,9 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("instance")
     s.add_argument("--planner", default="milp", help="planner name (see `milp-planner planners`)")
     s.add_argument("--objective", choices=["latency", "energy", "period", "memory"])
-    s.add_argument("--time-limit", type=float, default=None, help="seconds")
-    s.add_argument("--threads", type=int, default=1)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--time-limit", type=_time_limit, default=None, help="seconds (finite, > 0)")
+    s.add_argument("--threads", type=THREADS, default=1, help="solver threads (>= 1)")
+    s.add_argument("--seed", type=SEED, default=0, help="random seed (>= 0)")
     s.add_argument("--option", "-O", action="append", metavar="KEY=VALUE", help="planner option")
     s.add_argument("--input-shape", type=_shape)
     s.add_argument("--out", help="write the plan as JSON")
@@ -239,24 +291,62 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _quiet_stdout() -> None:
+    """Point fd 1 at /dev/null so that the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text).split())
+
+
 def main(argv=None) -> int:
+    """Run the command line; returns the exit status (0 ok, 1 infeasible/no plan, 2 bad input)."""
+    stdout_closed = sys.stdout is None  # started with fd 1 closed
+    if stdout_closed:
+        sys.stdout = open(os.devnull, "w")
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    debug = os.environ.get("MILP_PLANNER_DEBUG", "") not in ("", "0")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
-            return args.func(args) or 0
+            status = args.func(args) or 0
+        sys.stdout.flush()
+        return 1 if stdout_closed and status == 0 else status
     except PlannerError as e:
-        print(f"milp-planner: error: {e}", file=sys.stderr)
-        return 2
-    except FileNotFoundError as e:
-        print(f"milp-planner: error: {e.filename}: no such file", file=sys.stderr)
+        print(f"milp-planner: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("milp-planner: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        return 0
+        _quiet_stdout()
+        return 1
+    except FileNotFoundError as e:
+        print(f"milp-planner: error: {e.filename}: no such file", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if e.errno == 9 and e.filename is None:  # EBADF: stdout closed under us
+            _quiet_stdout()
+            return 1
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"milp-planner: error: {where}{e.strerror or _one_line(e)}", file=sys.stderr)
+        return 2
+    except (RecursionError, MemoryError) as e:
+        print(f"milp-planner: error: input too large or too deeply nested ({type(e).__name__})", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - one line instead of a traceback; the debug switch shows it
+        if debug:
+            raise
+        print(f"milp-planner: internal error: {type(e).__name__}: {_one_line(e)[:300]} "
+              "(set MILP_PLANNER_DEBUG=1 for the traceback; please report it)", file=sys.stderr)
+        return 2

@@ -8,10 +8,18 @@ Numbers: YAML is read with YAML 1.2 core-schema scalars (``6.0e9``, ``1e-4`` and
 numbers) and every decimal is an exact ``Fraction`` of its text; integers stay ``int``. JSON
 decimals are ``Fraction`` as well. No binary floating point is used while parsing; the
 network matrices are stored as floats in base units (bytes/s, s) after validation.
+
+Bounds (hostile input is a one-line error, never a hang): only regular files of at most
+16 MiB are read; YAML nests at most ``MAX_DEPTH`` levels and expands to at most ``MAX_NODES``
+nodes counting every alias; a number has at most ``MAX_NUMBER_TEXT`` characters and an
+exponent within 1e±400; every quantity lies in [1e-30, 1e30] in magnitude (or is 0). YAML 1.1
+booleans (``yes``/``no``/``on``/``off``) are booleans only under an explicit ``!!bool`` tag;
+plain, they stay text, which a boolean key refuses.
 """
 
 from __future__ import annotations
 
+import decimal
 import difflib
 import json
 import re
@@ -24,6 +32,7 @@ import yaml
 
 from milp_planner.instance.devices import COST_MODELS, CostModel, Device, Power
 from milp_planner.errors import PlannerError
+from milp_planner.io import read_text_bounded
 from milp_planner.model.graph import LayerGraph
 from milp_planner.instance.types import AXES, OBJECTIVES, Constraints, Instance, SearchSpace
 from milp_planner.instance.network import MEDIA, Endpoint, Network
@@ -33,6 +42,7 @@ from milp_planner.model.loading import DEFAULT_DTYPE_BYTES, INSTANCE_SUFFIXES, l
 BYTES_PER_MBIT = 125_000  # 10^6 bits / 8
 BYTES_PER_MB = 10**6
 DTYPE_BYTES = (1, 2, 4, 8)
+MAX_DIM = 1 << 20  # one input dimension
 
 TOP_KEYS = ("name", "description", "source", "model", "input_shape", "dtype_bytes", "devices",
             "network", "search", "objective", "constraints")
@@ -58,12 +68,78 @@ _BOOL_RE = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 _NULL_RE = re.compile(r"^(?:~|null|Null|NULL|)$")
 
 
+# Bounds: a real instance is a few kB with a nesting depth below 10.
+MAX_DEPTH = 64  # nested collections
+MAX_NODES = 200_000  # YAML nodes after alias expansion (a "billion laughs" bomb is refused)
+MAX_NUMBER_TEXT = 100  # characters of one number
+MAX_EXPONENT = 400  # |exponent| of a decimal: beyond it Fraction(text) takes forever
+MAX_MAGNITUDE = Fraction(10) ** 30  # any quantity
+MIN_MAGNITUDE = Fraction(1, 10**30)  # smallest non-zero quantity (rates divide)
+_NUMBER_PARTS = re.compile(r"^[-+]?(?:\.([0-9]+)|([0-9]+)(?:\.([0-9]*))?)(?:[eE]([-+]?[0-9]+))?$")
+
+
+class BadNumber(str):
+    """Number text that cannot be read exactly within bounds; validation names the key."""
+
+    reason: str = ""
+
+    def __new__(cls, text: str, reason: str):
+        obj = super().__new__(cls, text if len(text) <= 40 else text[:20] + "..." + text[-10:])
+        obj.reason = reason
+        return obj
+
+
+def exact_number(text: str) -> Fraction | int | BadNumber:
+    """``text`` (a decimal or integer literal) as an exact number, or a ``BadNumber``."""
+    if len(text) > MAX_NUMBER_TEXT:
+        return BadNumber(text, f"a number of {len(text)} characters (limit {MAX_NUMBER_TEXT})")
+    m = _NUMBER_PARTS.match(text)
+    if m is None:
+        return BadNumber(text, "not a number")
+    if m.group(4) is not None and abs(int(m.group(4))) > MAX_EXPONENT:
+        return BadNumber(text, f"exponent out of range (limit 1e±{MAX_EXPONENT})")
+    if m.group(4) is None and m.group(1) is None and m.group(3) is None:
+        return int(text, 10)
+    return Fraction(text)
+
+
 class ExactLoader(yaml.SafeLoader):
     """SafeLoader with YAML 1.2 core-schema resolution; decimals become ``Fraction``.
 
     ``.inf`` and ``.nan`` stay strings, so that validation reports them as non-numbers.
-    Duplicate keys in a mapping are an error.
+    Duplicate keys in a mapping are an error (keys brought in by a ``<<`` merge may be
+    overridden). Bounded: nesting depth ``MAX_DEPTH``, ``MAX_NODES`` nodes counting every
+    alias expansion, number literals of ``MAX_NUMBER_TEXT`` characters and exponents up to
+    ``MAX_EXPONENT``.
     """
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+        self._sizes: dict[int, int] = {}  # id(node) -> nodes it expands to
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if self._depth >= MAX_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_DEPTH} levels", event.start_mark)
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if id(node) not in self._sizes:
+            size = 1
+            if isinstance(node, yaml.SequenceNode):
+                size += sum(self._sizes.get(id(c), 1) for c in node.value)
+            elif isinstance(node, yaml.MappingNode):
+                size += sum(self._sizes.get(id(k), 1) + self._sizes.get(id(v), 1) for k, v in node.value)
+            if size > MAX_NODES:
+                raise yaml.composer.ComposerError(
+                    None, None, f"expands to more than {MAX_NODES:,} nodes (aliases repeat their anchor)",
+                    event.start_mark)
+            self._sizes[id(node)] = size
+        return node
 
 
 ExactLoader.yaml_implicit_resolvers = {}
@@ -73,28 +149,62 @@ ExactLoader.add_implicit_resolver("tag:yaml.org,2002:int", _INT_RE, list("-+0123
 ExactLoader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_RE, list("-+0123456789."))
 ExactLoader.add_implicit_resolver("tag:yaml.org,2002:merge", re.compile(r"^(?:<<)$"), ["<"])
 
-
-def _construct_int(loader: yaml.SafeLoader, node: yaml.Node) -> int:
-    text = loader.construct_scalar(node)
-    if text.startswith(("0o", "0x")):
-        return int(text, 0)
-    return int(text, 10)
+_TRUE = ("true", "yes", "on", "y")
+_FALSE = ("false", "no", "off", "n")
 
 
-def _construct_float(loader: yaml.SafeLoader, node: yaml.Node) -> Fraction | str:
-    text = loader.construct_scalar(node)
+def _bad_tag(node: yaml.Node, what: str) -> yaml.constructor.ConstructorError:
+    return yaml.constructor.ConstructorError(None, None, what, node.start_mark)
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.Node) -> int | BadNumber:
+    text = str(loader.construct_scalar(node)).strip().replace("_", "")
     try:
-        return Fraction(text)
-    except (ValueError, ZeroDivisionError):
-        return text  # .inf / .nan: rejected by validation as "not a number"
+        if len(text) > MAX_NUMBER_TEXT:
+            return BadNumber(text, f"an integer of {len(text)} digits (limit {MAX_NUMBER_TEXT})")
+        if text.lower().startswith(("0o", "0x", "-0o", "-0x", "+0o", "+0x")):
+            return int(text, 0)
+        return int(text, 10)
+    except ValueError:
+        raise _bad_tag(node, f"{text[:40]!r} is not an integer") from None
+
+
+def _construct_float(loader: yaml.SafeLoader, node: yaml.Node) -> Fraction | int | str:
+    text = str(loader.construct_scalar(node)).strip()
+    if text.lstrip("+-").lower() in (".inf", ".nan"):
+        return text  # rejected by validation as "not a number"
+    value = exact_number(text)
+    if isinstance(value, BadNumber) and value.reason == "not a number":
+        raise _bad_tag(node, f"{text[:40]!r} is not a number")
+    return Fraction(value) if isinstance(value, int) else value
 
 
 def _construct_bool(loader: yaml.SafeLoader, node: yaml.Node) -> bool:
-    return loader.construct_scalar(node).lower() == "true"
+    # YAML 1.1 spellings are read only under an explicit !!bool tag; plain yes/no stay text
+    text = str(loader.construct_scalar(node)).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise _bad_tag(node, f"{text[:40]!r} is not a boolean (true or false)")
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
-    loader.flatten_mapping(node)
+    seen: set = set()
+    for key_node, _ in node.value:  # duplicates among the keys written here
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "unhashable key", key_node.start_mark) from None
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    loader.flatten_mapping(node)  # merged keys first, so the keys written here win
     out: dict = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
@@ -103,9 +213,6 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict:
         except TypeError:
             raise yaml.constructor.ConstructorError(
                 None, None, "unhashable key", key_node.start_mark) from None
-        if key in out:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark)
         out[key] = loader.construct_object(value_node, deep=True)
     return out
 
@@ -116,11 +223,45 @@ ExactLoader.add_constructor("tag:yaml.org,2002:bool", _construct_bool)
 ExactLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
 
 
+def _json_int(text: str) -> int | BadNumber:
+    if len(text) > MAX_NUMBER_TEXT:
+        return BadNumber(text, f"an integer of {len(text)} digits (limit {MAX_NUMBER_TEXT})")
+    return int(text)
+
+
+def _json_float(text: str) -> Fraction | int | BadNumber:
+    value = exact_number(text)
+    return Fraction(value) if isinstance(value, int) else value
+
+
+def _json_depth_ok(text: str) -> bool:
+    depth = deepest = 0
+    in_str = esc = False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest <= MAX_DEPTH
+
+
 def parse_text(text: str, source: str, kind: str) -> Any:
     """Parse YAML (``kind='yaml'``) or JSON text with exact decimals; one-line errors."""
     if kind == "json":
+        if not _json_depth_ok(text):
+            raise PlannerError(f"{source}: JSON nested deeper than {MAX_DEPTH} levels")
         try:
-            return json.loads(text, parse_float=Fraction, parse_constant=lambda s: s)
+            return json.loads(text, parse_float=_json_float, parse_int=_json_int, parse_constant=lambda s: s)
         except json.JSONDecodeError as e:
             raise PlannerError(f"{source}: line {e.lineno}: JSON syntax error: {e.msg}") from None
     try:
@@ -132,6 +273,8 @@ def parse_text(text: str, source: str, kind: str) -> Any:
         raise PlannerError(f"{source}: {line}YAML syntax error: {what}") from None
     except yaml.YAMLError as e:
         raise PlannerError(f"{source}: YAML syntax error: {' '.join(str(e).split())}") from None
+    except RecursionError:
+        raise PlannerError(f"{source}: YAML nested too deeply") from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -151,12 +294,21 @@ class _Ctx:
 
 def _show(value: Any) -> str:
     if isinstance(value, Fraction):
-        if value.denominator == 1:
+        if value.denominator == 1 and value.numerator.bit_length() <= 200:
             return str(value.numerator)
-        text = f"{float(value):.12g}"
-        return text
+        if value == 0 or Fraction(1, 10**300) < abs(value) < 10**300:
+            return f"{float(value):.12g}"
+        # beyond the float range (1e400): Decimal, as float() would overflow or round to 0
+        ctx12 = decimal.Context(prec=12, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
+        return str(ctx12.divide(decimal.Decimal(value.numerator), decimal.Decimal(value.denominator)).normalize(ctx12))
     if isinstance(value, str):
-        return repr(value)
+        return repr(value) if len(value) <= 60 else repr(value[:57]) + "..."
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)}"
+    if isinstance(value, dict):
+        return f"a mapping of {len(value)} keys"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -184,9 +336,15 @@ def _check_keys(ctx: _Ctx, key: str, data: dict, allowed: tuple[str, ...]) -> No
 
 
 def _number(ctx: _Ctx, key: str, value: Any, *, positive: bool = False, nonneg: bool = False) -> Fraction:
+    if isinstance(value, BadNumber):
+        raise ctx.fail(key, f"{value.reason} (got {str(value)!r})")
     if not _is_number(value):
         raise ctx.fail(key, f"must be a number (got {_show(value)})")
     v = Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+    if abs(v) > MAX_MAGNITUDE:
+        raise ctx.fail(key, f"{_show(value)} is out of range (|x| <= 1e30)")
+    if v != 0 and abs(v) < MIN_MAGNITUDE:
+        raise ctx.fail(key, f"{_show(value)} is too small (0 or |x| >= 1e-30)")
     if positive and v <= 0:
         raise ctx.fail(key, f"must be > 0 (got {_show(value)})")
     if nonneg and v < 0:
@@ -194,19 +352,31 @@ def _number(ctx: _Ctx, key: str, value: Any, *, positive: bool = False, nonneg: 
     return v
 
 
-def _int(ctx: _Ctx, key: str, value: Any, *, minimum: int | None = None) -> int:
+def _int(ctx: _Ctx, key: str, value: Any, *, minimum: int | None = None, maximum: int = 10**9) -> int:
+    if isinstance(value, BadNumber):
+        raise ctx.fail(key, f"{value.reason} (got {str(value)!r})")
     if isinstance(value, bool) or not (isinstance(value, int)
                                         or (isinstance(value, Fraction) and value.denominator == 1)):
         raise ctx.fail(key, f"must be an integer (got {_show(value)})")
     v = int(value)
     if minimum is not None and v < minimum:
         raise ctx.fail(key, f"must be >= {minimum} (got {v})")
+    if v > maximum:
+        raise ctx.fail(key, f"must be <= {maximum} (got {_show(v)})")
     return v
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+MAX_NAME = 1000  # names and model paths
 
 
 def _string(ctx: _Ctx, key: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ctx.fail(key, f"must be a non-empty string (got {_show(value)})")
+    if _CONTROL.search(value):
+        raise ctx.fail(key, f"must not contain control characters such as newlines (got {_show(value)})")
+    if len(value) > MAX_NAME:
+        raise ctx.fail(key, f"must be at most {MAX_NAME} characters (got {len(value)})")
     return value
 
 
@@ -234,6 +404,8 @@ def _input_shape(ctx: _Ctx, key: str, value: Any) -> tuple[int, ...]:
     for i, d in enumerate(value):
         if isinstance(d, bool) or not isinstance(d, int) or d <= 0:
             raise ctx.fail(f"{key}[{i}]", f"must be a positive integer (got {_show(d)})")
+        if d > MAX_DIM:
+            raise ctx.fail(f"{key}[{i}]", f"must be <= {MAX_DIM} (got {_show(d)})")
         dims.append(d)
     return tuple(dims)
 
@@ -279,7 +451,7 @@ def _table(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> dict:
         if not isinstance(lname, str) or lname not in names:
             some = ", ".join(layer.name for layer in graph.layers[:4])
             raise ctx.fail(k, f"no layer named {_show(lname)} in the model (layers: {some}, ...)")
-        if _is_number(entry):
+        if _is_number(entry) or isinstance(entry, BadNumber):
             out[lname] = ((Fraction(1), _number(ctx, k, entry, nonneg=True)),)
             continue
         if not isinstance(entry, list) or not entry:
@@ -372,7 +544,7 @@ def _device(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> Device:
 def _matrix(ctx: _Ctx, key: str, value: Any, n: int, *, positive: bool, scale: Fraction,
             diagonal: float) -> tuple[tuple[float, ...], ...]:
     """A scalar for every pair or an n x n matrix; returns floats in base units."""
-    if _is_number(value):
+    if _is_number(value) or isinstance(value, BadNumber):
         v = _number(ctx, key, value, positive=positive, nonneg=not positive)
         x = float(v * scale)
         return tuple(tuple(diagonal if i == j else x for j in range(n)) for i in range(n))
@@ -400,7 +572,7 @@ def _matrix(ctx: _Ctx, key: str, value: Any, n: int, *, positive: bool, scale: F
 
 
 def _vector(ctx: _Ctx, key: str, value: Any, n: int, *, positive: bool, scale: Fraction) -> tuple[float, ...]:
-    if _is_number(value):
+    if _is_number(value) or isinstance(value, BadNumber):
         v = _number(ctx, key, value, positive=positive, nonneg=not positive)
         return tuple(float(v * scale) for _ in range(n))
     if not isinstance(value, list):
@@ -596,16 +768,7 @@ def read_instance(path: Path, input_shape=None) -> Instance:
         kind = "json"
     else:
         raise PlannerError(f"{source}: not an instance file (expected .yaml, .yml or .json)")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PlannerError(f"{source}: no such file") from None
-    except IsADirectoryError:
-        raise PlannerError(f"{source}: is a directory, not an instance file") from None
-    except UnicodeDecodeError as e:
-        raise PlannerError(f"{source}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except OSError as e:
-        raise PlannerError(f"{source}: cannot read ({e.strerror})") from None
+    text = read_text_bounded(path, "an instance file")
     data = parse_text(text, source, kind)
     return instance_from_dict(data, source, base_dir=path.parent, input_shape=input_shape, path=path)
 

@@ -23,7 +23,7 @@ Our reading and choices:
 
 from __future__ import annotations
 
-from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
 from milp_planner.planners.common import (
     bandwidth,
     mean_in_bandwidth,
@@ -66,6 +66,11 @@ class AOFLPlanner(Planner):
     name = "aofl"
     description = "fused layer-volumes split by a linear speed-and-bandwidth ratio; DP over fusion points"
     source = "AOFL, Zhou et al., SEC 2019 (as characterised in DistrEdge, IPDPS 2022)"
+
+    option_specs = (
+        Option("max_fuse", int, 8, "most layers fused into one stage", ge=1, le=10**4),
+        Option("beam", int, 256, "stage-DP beam width", ge=1, le=10**6),
+    )
 
     def search(self, instance, ctx: SolveContext):
         g = instance.graph

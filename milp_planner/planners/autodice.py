@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
 from milp_planner.planners.common import evaluate_tuples, per_layer
 
 
@@ -82,6 +82,13 @@ class AutoDiCEPlanner(Planner):
     description = "NSGA-II over split-point encodings: period, max memory and max energy per device"
     source = "AutoDiCE, Guo et al., IEEE Internet of Things Journal 2023 (NSGA-II DSE with SPE)"
     seeded = True
+
+    option_specs = (
+        Option("pop_size", int, 40, "NSGA-II population", ge=2, le=10**5),
+        Option("generations", int, 25, "NSGA-II generations", ge=1, le=10**5),
+        Option("crossover", float, 0.5, "SBX crossover probability", ge=0, le=1),
+        Option("mutation", float, 0.2, "PM per-variable mutation probability", ge=0, le=1),
+    )
 
     def search(self, instance, ctx: SolveContext):
         n = len(instance.graph.layers)

@@ -27,7 +27,7 @@ Our reconstruction:
 
 from __future__ import annotations
 
-from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
 from milp_planner.planners.common import (
     bandwidth,
     mean_in_bandwidth,
@@ -103,6 +103,11 @@ class CoEdgePlanner(Planner):
     name = "coedge"
     description = "layer-by-layer row split with proportions from linear compute/communication models"
     source = "CoEdge, Zeng et al., IEEE/ACM ToN 2020 (as characterised in DistrEdge, IPDPS 2022)"
+
+    option_specs = (
+        Option("deadline_slack", float, 1.2, "deadline as a multiple of the fastest latency", gt=0, le=1e6),
+        Option("beam", int, 256, "stage-DP beam width", ge=1, le=10**6),
+    )
 
     def search(self, instance, ctx: SolveContext):
         g = instance.graph

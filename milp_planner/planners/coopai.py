@@ -24,7 +24,7 @@ partition opportunities as the menu:
 
 from __future__ import annotations
 
-from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
 from milp_planner.planners.common import (
     capacity_ranges,
     equal_ranges,
@@ -57,6 +57,12 @@ class CoopAIPlanner(Planner):
     name = "coopai"
     description = "DP over fusion and partition decisions (partition over all devices or none)"
     source = "CoopAI, as described and compared against in DIAPASON (DATE 2024)"
+
+    option_specs = (
+        Option("split", str, None, "equal or capacity (default: capacity if the instance allows it)",
+               choices=("equal", "capacity")),
+        Option("beam", int, 256, "stage-DP beam width", ge=1, le=10**6),
+    )
 
     def search(self, instance, ctx: SolveContext):
         g = instance.graph

@@ -23,7 +23,8 @@ Neither planner consults ``fusion_limit`` or ``max_parts``; their plans can be o
 
 from __future__ import annotations
 
-from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.errors import PlannerError
+from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
 from milp_planner.planners.common import (
     best_of,
     build_with_owners,
@@ -73,6 +74,11 @@ class DeepThingsPlanner(Planner):
     description = "one fused block of the first layers split equally by rows, the rest on one device"
     source = "DeepThings, Zhao et al., IEEE TCAD 2018 (as characterised in DistrEdge, IPDPS 2022)"
 
+    option_specs = (
+        Option("device", str, None, "the device running the rest (default: the best one)"),
+        Option("depth", int, None, "layers in the fused block (default: the best)", ge=1, le=10**6),
+    )
+
     def search(self, instance, ctx: SolveContext):
         g = instance.graph
         n = len(g.layers)
@@ -81,7 +87,11 @@ class DeepThingsPlanner(Planner):
             prefix += 1
         devs = range(len(instance.devices))
         if "device" in self.options:
-            devs = [instance.device_index(str(self.options["device"]))]
+            name = self.options["device"]
+            if name not in instance.device_names:
+                raise PlannerError(f"planner 'deepthings': option device: no device named {name!r} "
+                                   f"(devices: {', '.join(instance.device_names)})")
+            devs = [instance.device_index(name)]
         if prefix == 0:  # nothing to fuse: the whole model on one device
             cands = [per_layer(0, n - 1, d) for d in devs]
         else:
@@ -97,6 +107,10 @@ class DeeperThingsPlanner(Planner):
     name = "deeperthings"
     description = "several fused blocks, each split equally; FC layers split equally by neurons"
     source = "DeeperThings, Stahl et al., IJPP 2021 (as characterised in DistrEdge, IPDPS 2022)"
+
+    option_specs = (
+        Option("block_layers", int, None, "layers per fused block (default: the best of 1-8)", ge=1, le=10**6),
+    )
 
     def search(self, instance, ctx: SolveContext):
         blocks = [int(self.options["block_layers"])] if "block_layers" in self.options else range(1, 9)

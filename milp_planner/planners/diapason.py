@@ -67,7 +67,7 @@ import math
 from milp_planner.errors import PlannerError
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.instance import Instance
-from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
 
 DEFAULTS = {
     "lr": 0.4,
@@ -156,6 +156,21 @@ class Diapason(Planner):
     source = ("DIAPASON (DATE 2024): continuous relaxation of partition, fusion and allocation, "
               "Sec. III-IV, eqs. (1)-(16), defaults of Sec. V-A")
     seeded = True
+
+    option_specs = (
+        Option("lr", float, 0.4, "learning rate", ge=0, le=1e6),
+        Option("iterations", int, 20, "gradient steps (the time limit stops them early)", ge=0, le=10**9),
+        Option("weightsinit", str, "heuristic", "initial logits", choices=("random", "heuristic")),
+        Option("fusionlimit", int, None, "fusion limit, 0 or 1 = no fusion (default: min(2, the instance's))",
+               ge=0, le=10**4),
+        Option("parttype", str, None, "naive or capability (default from search.splits)",
+               choices=("naive", "capability")),
+        Option("loss_unit", str, "ms", "loss unit", choices=("ms", "s")),
+        Option("runs", int, 1, "restarts", ge=1, le=10**4),
+        Option("n_parts", int, None, "sublayers of a partitioned layer (default: devices)", ge=1, le=4096),
+        Option("heuristic_logit", float, 1.0, "logit of the heuristic choice", ge=-1e6, le=1e6),
+        Option("heuristic_whole", str, "uniform", "whole-layer selector start", choices=("uniform", "first")),
+    )
 
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
         torch = import_torch(self.name)

@@ -55,7 +55,7 @@ from milp_planner.errors import PlannerError
 from milp_planner.cost.evaluator import EXTERNAL, evaluate
 from milp_planner.space.geometry import intersect_cells
 from milp_planner.instance import Instance
-from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
 from milp_planner.planners.diapason import TorchState, import_torch
 
 DEFAULTS = {
@@ -72,6 +72,13 @@ DEFAULTS = {
     "n_random": 100,
     "volumes": None,  # explicit [[first, last], ...] instead of LC-PSS
 }
+
+
+def _check_volumes(v) -> str | None:
+    if not v or not all(isinstance(p, list) and len(p) == 2 and all(type(x) is int and 0 <= x < 10**6 for x in p)
+                        for p in v):
+        return "must be a list of [first, last] layer ids"
+    return None
 
 
 def default_sigma2(n_dev: int) -> float:
@@ -215,6 +222,21 @@ class DistrEdgeDDPG(Planner):
     source = ("Hou, Guan, Han, Zhang: DistrEdge: Speeding up Convolutional Neural Network Inference on "
               "Distributed Edge Devices, IPDPS 2022, Sec. IV-C, Alg. 2, hyper-parameters of Sec. V")
     seeded = True
+
+    option_specs = (
+        Option("episodes", int, 300, "training episodes", ge=1, le=10**7),
+        Option("d_eps", float, 1 / 250, "exploration decay per episode", ge=0, le=1),
+        Option("sigma2", float, None, "exploration noise variance (default from the device count)", ge=0, le=1e3),
+        Option("batch", int, 64, "minibatch", ge=1, le=10**6),
+        Option("gamma", float, 0.99, "discount", ge=0, le=1),
+        Option("lr_actor", float, 1e-4, "actor learning rate", gt=0, le=10),
+        Option("lr_critic", float, 1e-3, "critic learning rate", gt=0, le=10),
+        Option("tau", float, 0.005, "target-network update rate", gt=0, le=1),
+        Option("buffer", int, 100_000, "replay buffer (>= batch)", ge=1, le=10**8),
+        Option("alpha", float, 0.75, "LC-PSS alpha", ge=0, le=1),
+        Option("n_random", int, 100, "LC-PSS random splits", ge=1, le=10**6),
+        Option("volumes", list, None, "explicit [[first, last], ...] instead of LC-PSS", check=_check_volumes),
+    )
 
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
         torch = import_torch(self.name)

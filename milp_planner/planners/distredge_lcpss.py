@@ -40,7 +40,7 @@ import numpy as np
 
 from milp_planner.cost.evaluator import pricer
 from milp_planner.space.geometry import intersect_cells
-from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
 from milp_planner.planners.common import (
     evaluate_tuples,
     norm_stage,
@@ -202,6 +202,12 @@ class DistrEdgeLCPSSPlanner(Planner):
     description = "DistrEdge's LC-PSS layer-volumes, split-parts found by a seeded local search"
     source = "DistrEdge, Hou et al., IPDPS 2022 (LC-PSS, Algorithm 1; search splitter in place of DDPG)"
     seeded = True
+
+    option_specs = (
+        Option("alpha", float, 0.75, "LC-PSS alpha", ge=0, le=1),
+        Option("n_random", int, 100, "LC-PSS random splits", ge=1, le=10**6),
+        Option("evals", int, 300, "local-search evaluations", ge=1, le=10**7),
+    )
 
     def search(self, instance, ctx: SolveContext):
         g = instance.graph

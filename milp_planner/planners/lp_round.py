@@ -52,10 +52,13 @@ from __future__ import annotations
 
 import time
 
+from formulations.diagnosis import explain_infeasible
+from formulations.warmstart import pruned_arcs
+
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.instance import Instance
-from milp_planner.planners.base import PlanResult, SolveContext
-from milp_planner.planners.exact import ExactPlanner, _pruned_arcs
+from milp_planner.planners.base import Option, PlanResult, SolveContext
+from milp_planner.planners.exact import FIX_ARCS, LOG, ROUND_OPTIONS, ExactPlanner
 
 FLOW_TIE = 1e-9  # flows closer than this are ties
 FRACTIONAL = 1e-6  # x in (1e-6, 1 - 1e-6) counts as fractional
@@ -67,6 +70,12 @@ class LPRoundPlanner(ExactPlanner):
     description = "LP relaxation of the MILP (HiGHS), greedy rounding of its flow; the LP optimum as bound"
     source = "this project; LP relaxation of formulations.milp, largest-flow rounding (GitHub issue #6)"
     exact = False  # the bound is the LP's; the plan is not certified
+    option_specs = ROUND_OPTIONS + (
+        FIX_ARCS,
+        LOG,
+        Option("repair_time_limit", float, 30.0, "seconds for the support MILP that repairs a rounding",
+               gt=0, le=1e7),
+    )
 
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
         import pyomo.environ as pyo
@@ -75,11 +84,11 @@ class LPRoundPlanner(ExactPlanner):
 
         obj = ctx.objective
         sg = self.stage_graph(instance, ctx)
-        ws_arcs, ws_value, dp_bound, ws_feasible = self.warm_start(sg, obj)[:4]
+        ws = self.warm_start(sg, obj)
         info = {"stage_arcs": len(sg.arcs)}
-        if not ws_arcs:
-            return PlanResult(self.name, "infeasible", obj, info=info, message=_explain(sg, ctx))
-        keep = _pruned_arcs(sg, obj, ws_value if ws_feasible and self.options.get("fix_arcs", True) else None)
+        if not ws.arcs:
+            return PlanResult(self.name, "infeasible", obj, info=info, message=_explain(sg))
+        keep = pruned_arcs(sg, obj, ws.value if ws.feasible and self.options.get("fix_arcs", True) else None)
         info["model_arcs"] = len(keep)
 
         t0 = time.perf_counter()
@@ -98,13 +107,13 @@ class LPRoundPlanner(ExactPlanner):
         if tc in ("infeasible", "infeasibleOrUnbounded"):
             info["lp_value"] = None
             return PlanResult(self.name, "infeasible", obj, info=info,
-                              message="the LP relaxation is infeasible, so is every plan: " + _explain(sg, ctx))
+                              message="the LP relaxation is infeasible, so is every plan: " + _explain(sg))
         if tc != "optimal":
             info["lp_value"] = None
-            if ws_feasible:
-                return PlanResult(self.name, "timeout", obj, plan=sg.plan_from_arcs(ws_arcs), bound=dp_bound,
+            if ws.feasible:
+                return PlanResult(self.name, "timeout", obj, plan=sg.plan_from_arcs(ws.arcs), bound=ws.bound,
                                   info=info, message=f"LP stopped ({tc}); returning the DP warm start")
-            return PlanResult(self.name, "timeout", obj, info=info, bound=dp_bound,
+            return PlanResult(self.name, "timeout", obj, info=info, bound=ws.bound,
                               message=f"LP stopped ({tc}) and the DP warm start breaks the caps")
         solver.load_vars()
         lp_value = float(pyo.value(m.obj)) * objective_unscale(m)
@@ -130,8 +139,8 @@ class LPRoundPlanner(ExactPlanner):
             path = _support_milp(sg, obj, support, ctx, float(self.options.get("repair_time_limit", 30.0)))
             if path:
                 tried.append(("best plan over the LP support", path))
-            if ws_feasible:
-                tried.append(("DP warm start", ws_arcs))
+            if ws.feasible:
+                tried.append(("DP warm start", ws.arcs))
             best = None
             for lab, arcs in tried:
                 mt = evaluate(sg.plan_from_arcs(arcs), instance)
@@ -168,11 +177,9 @@ class LPRoundPlanner(ExactPlanner):
         return res
 
 
-def _explain(sg, ctx) -> str:
+def _explain(sg) -> str:
     try:
-        from milp_planner.planners.exact import explain_infeasible
-
-        return explain_infeasible(sg, ctx)
+        return explain_infeasible(sg)
     except Exception:  # pragma: no cover - the explanation is a courtesy
         return "no plan of the space satisfies the caps"
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from milp_planner.space.cuts import cut_vectors, ranges_from_cuts, stage_extent
-from milp_planner.planners.base import Planner, PlanResult, SolveContext
+from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
 from milp_planner.planners.common import evaluate_tuples, norm_stage, score, single
 
 
@@ -62,6 +62,10 @@ class RandomSearchPlanner(Planner):
     description = "best of N seeded random plans drawn from the instance's plan space"
     source = "random-search baseline over the MODEL.md plan space (cf. AutoDiCE, IEEE IoT-J 2023)"
     seeded = True
+
+    option_specs = (
+        Option("samples", int, 200, "random plans drawn", ge=1, le=10**7),
+    )
 
     def search(self, instance, ctx: SolveContext):
         n_samples = int(self.options.get("samples", 200))

@@ -1,11 +1,17 @@
-"""The ``report`` subcommand. ``add_report_parser(subparsers)`` registers it (wired in milp_planner.cli)."""
+"""The ``report`` subcommand. ``add_report_parser(subparsers)`` registers it (wired in milp_planner.cli).
+
+Everything that can be checked is checked before the first run: the values, the planner
+options, ``--out`` (a directory that can be written and is not an input), ``--cache`` and
+``--dask`` (the optional extra installed).
+"""
 
 from __future__ import annotations
 
-import json
+import math
 import sys
 
 from milp_planner.errors import PlannerError
+from milp_planner.planners.base import parse_option_text
 
 
 def _positive_float(text: str) -> float:
@@ -15,9 +21,52 @@ def _positive_float(text: str) -> float:
         x = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not x > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    if not (math.isfinite(x) and 0 < x <= 1e7):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0 and <= 1e7")
     return x
+
+
+def _time_limit(text: str) -> float:
+    import argparse
+
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(x) and 0 <= x <= 1e7):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds from 0 (none) to 1e7")
+    return x
+
+
+def _count(text: str) -> int:
+    import argparse
+
+    try:
+        x = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= x <= 10_000:
+        raise argparse.ArgumentTypeError(f"{text!r} must be from 1 to 10000")
+    return x
+
+
+def check_report_args(args, options: dict[str, dict]) -> None:
+    """``PlannerError`` for what would fail after the work: options, --out, --cache, --dask."""
+    from milp_planner.instance.reader import resolve_instance_path
+    from milp_planner.io import check_output_path
+    from milp_planner.planners import planner_class
+
+    for planner, opts in options.items():
+        planner_class(planner)(**opts)  # unknown planner, unknown or bad option
+    inputs = [resolve_instance_path(i) for i in args.instances]
+    check_output_path(args.out, inputs, directory=True)
+    if args.cache:
+        check_output_path(args.cache, inputs, directory=True, option="--cache")
+    if args.dask:
+        try:
+            import dask.distributed  # noqa: F401
+        except ImportError:
+            raise PlannerError("--dask needs the optional extra: pip install 'milp-planner[distributed]'") from None
 
 
 def parse_options(items: list[str] | None) -> dict[str, dict]:
@@ -28,11 +77,7 @@ def parse_options(items: list[str] | None) -> dict[str, dict]:
             raise PlannerError(f"--option {item!r}: expected PLANNER.KEY=VALUE (e.g. milp.mip_rel_gap=0.01)")
         lhs, value = item.split("=", 1)
         planner, key = lhs.split(".", 1)
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            pass
-        out.setdefault(planner, {})[key] = value
+        out.setdefault(planner, {})[key] = parse_option_text(value)
     return out
 
 
@@ -40,9 +85,11 @@ def cmd_report(args) -> int:
     from milp_planner.report import run_report
 
     time_limit = None if args.time_limit == 0 else args.time_limit
+    options = parse_options(args.option)
+    check_report_args(args, options)
     outcome = run_report(
         args.instances, args.planners, time_limit=time_limit, repeats=args.repeats, out=args.out,
-        workers=args.workers, dask=args.dask, cache_dir=args.cache, options=parse_options(args.option),
+        workers=args.workers, dask=args.dask, cache_dir=args.cache, options=options,
         retry_failed=args.retry_failed, progress=not args.quiet, grace_s=args.grace,
     )
     rows = outcome.rows
@@ -70,12 +117,12 @@ def add_report_parser(sub):
     )
     s.add_argument("instances", nargs="+", metavar="INSTANCE", help="instance files (.yaml, .yml, .json)")
     s.add_argument("--planners", default="all", help="'all' (default) or a comma-separated list of planner names")
-    s.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+    s.add_argument("--time-limit", type=_time_limit, default=60.0, metavar="S",
                    help="seconds per run (default 60; 0 = none). A run not back after S x 1.5 + --grace is killed")
-    s.add_argument("--repeats", type=int, default=3, metavar="N",
+    s.add_argument("--repeats", type=_count, default=3, metavar="N",
                    help="seeds 0..N-1 for seeded planners (default 3); other planners run once")
     s.add_argument("--out", default="report", metavar="DIR", help="output directory (default ./report)")
-    s.add_argument("--workers", type=int, default=None, metavar="N",
+    s.add_argument("--workers", type=_count, default=None, metavar="N",
                    help="parallel runs (default: the CPU count); with --dask local, the number of Dask workers")
     s.add_argument("--dask", metavar="ADDRESS|local",
                    help="run on a Dask distributed scheduler (tcp://host:8786) or a new LocalCluster ('local'); "

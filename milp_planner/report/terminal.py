@@ -1,4 +1,8 @@
-"""Terminal rendering of metrics, plans and solve results (rich)."""
+"""Terminal rendering of metrics, plans and solve results (rich).
+
+Every name from an input file (instance, devices, layers, tensors) and every message is
+escaped before rich reads markup: a device called ``pi5[/b]`` or ``xavier[gpu]`` prints as is.
+"""
 
 from __future__ import annotations
 
@@ -41,7 +45,7 @@ def fmt_bytes(b: float) -> str:
 
 def render_metrics(m: Metrics, inst: Instance) -> None:
     c = _console()
-    c.print(f"[bold]{inst.name}[/bold]: {len(m.stages)} stages on {len(inst.devices)} devices, "
+    c.print(f"[bold]{escape(inst.name)}[/bold]: {len(m.stages)} stages on {len(inst.devices)} devices, "
             f"medium {inst.network.medium}")
     c.print(f"latency   {fmt_s(m.latency_s)}   (lower bound {fmt_s(m.lower_bound_s)}, gather {fmt_s(m.gather_s)})")
     c.print(f"energy    {m.energy_j:.6g} J")
@@ -51,7 +55,7 @@ def render_metrics(m: Metrics, inst: Instance) -> None:
         t.add_column(col, justify="right" if col != "device" else "left")
     for dev in inst.devices:
         cap = fmt_bytes(dev.memory_bytes) if dev.memory_bytes is not None else "unbounded"
-        t.add_row(dev.name, fmt_bytes(m.memory_bytes[dev.name]), cap, f"{m.energy_per_device_j[dev.name]:.6g}")
+        t.add_row(escape(dev.name), fmt_bytes(m.memory_bytes[dev.name]), cap, f"{m.energy_per_device_j[dev.name]:.6g}")
     c.print(t)
     st = Table(title="stages")
     for col in ("#", "layers", "axis", "tau", "device", "range", "compute", "receive", "bytes in"):
@@ -59,16 +63,16 @@ def render_metrics(m: Metrics, inst: Instance) -> None:
     for i, s in enumerate(m.stages):
         for j, (d, r) in enumerate(s.parts):
             st.add_row(str(i) if j == 0 else "", f"{s.first}-{s.last}" if j == 0 else "", s.axis if j == 0 else "",
-                       fmt_s(s.tau_s) if j == 0 else "", inst.devices[d].name,
-                       f"[{r[0]}, {r[1]})" if r else "all", fmt_s(s.compute_s.get(d, 0.0)),
+                       fmt_s(s.tau_s) if j == 0 else "", escape(inst.devices[d].name),
+                       escape(f"[{r[0]}, {r[1]})") if r else "all", fmt_s(s.compute_s.get(d, 0.0)),
                        fmt_s(s.recv_s.get(d, 0.0)), fmt_bytes(s.bytes_in.get(d, 0)))
     c.print(st)
     c.print(f"in space: {'yes' if m.in_space else 'no'}")
     for r in m.space_reasons:
-        c.print(f"  - {r}")
+        c.print(f"  - {escape(str(r))}")
     c.print(f"feasible: {'yes' if m.feasible else 'NO'}")
     for v in m.violations:
-        c.print(f"  - {v}")
+        c.print(f"  - {escape(str(v))}")
 
 
 def render_plan(plan: Plan, inst: Instance, m: Metrics | None = None) -> None:
@@ -78,7 +82,7 @@ def render_plan(plan: Plan, inst: Instance, m: Metrics | None = None) -> None:
     c = _console()
     pr = pricer(inst)
     g = inst.graph
-    c.print(f"[bold]plan for {inst.name}[/bold] ({len(plan.stages)} stages)")
+    c.print(f"[bold]plan for {escape(inst.name)}[/bold] ({len(plan.stages)} stages)")
     for i, (first, last, axis, parts) in enumerate(normalized_stages(plan, inst)):
         geos = pr.geometry.parts(first, last, axis, [r for _, r in parts])
         head = f"stage {i}: layers {first}-{last}, axis {axis}"
@@ -90,7 +94,7 @@ def render_plan(plan: Plan, inst: Instance, m: Metrics | None = None) -> None:
         t.add_column("op")
         t.add_column("H" if axis != "channels" else "C", justify="right")
         for d, _ in parts:
-            t.add_column(inst.devices[d].name)
+            t.add_column(escape(inst.devices[d].name))
         for lid in range(first, last + 1):
             layer = g.layers[lid]
             cells = []
@@ -106,17 +110,19 @@ def render_plan(plan: Plan, inst: Instance, m: Metrics | None = None) -> None:
                         own = f" owns {owned.rows[0]}:{owned.rows[1]}"
                     cells.append(f"{iv[0]}:{iv[1]}{own}")
             extent = layer.channels if axis == "channels" else layer.rows
-            t.add_row(f"{lid} {layer.name}", layer.op, str(extent), *cells)
+            t.add_row(escape(f"{lid} {layer.name}"), escape(layer.op), str(extent), *cells)
         c.print(t)
         if m is not None:
             for tr in m.stages[i].transfers:
                 src = "source" if tr.src == EXTERNAL else inst.devices[tr.src].name
-                c.print(f"    {src} -> {inst.devices[tr.dst].name}: {tr.tensor} {fmt_bytes(tr.bytes)} ({fmt_s(tr.time_s)})")
+                c.print(escape(f"    {src} -> {inst.devices[tr.dst].name}: {tr.tensor} {fmt_bytes(tr.bytes)} "
+                               f"({fmt_s(tr.time_s)})"))
     if m is not None and m.gather:
         c.print("[bold cyan]gather[/bold cyan]")
         for tr in m.gather:
             dst = "sink" if tr.dst == EXTERNAL else inst.devices[tr.dst].name
-            c.print(f"    {inst.devices[tr.src].name} -> {dst}: {tr.tensor} {fmt_bytes(tr.bytes)} ({fmt_s(tr.time_s)})")
+            c.print(escape(f"    {inst.devices[tr.src].name} -> {dst}: {tr.tensor} {fmt_bytes(tr.bytes)} "
+                           f"({fmt_s(tr.time_s)})"))
 
 
 def fmt_objective(objective: str, x: float | None) -> str:

@@ -14,6 +14,101 @@ from pathlib import Path
 from milp_planner.errors import PlannerError
 
 PLAN_AXES = ("none", "rows", "channels")
+MAX_INDEX = 10**9  # layer ids and row/channel indices
+
+_INDEX = {"type": "integer", "minimum": 0, "maximum": MAX_INDEX}  # JSON Schema: true is not an integer
+PLAN_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "milp-planner plan",
+    "type": "object",
+    "required": ["stages"],
+    "additionalProperties": False,
+    "properties": {
+        "instance": {"type": "string"},
+        "meta": {"type": "object"},
+        "stages": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["first", "last", "parts"],
+                "additionalProperties": False,
+                "properties": {
+                    "first": _INDEX,
+                    "last": _INDEX,
+                    "axis": {"enum": list(PLAN_AXES)},
+                    "parts": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "required": ["device"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "device": {"type": "string", "minLength": 1},
+                                "range": {"type": "array", "items": _INDEX, "minItems": 2, "maxItems": 2},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def _schema_path(path) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out
+
+
+def _short(value) -> str:
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    if isinstance(value, dict):
+        text = "an object"
+    elif isinstance(value, list):
+        text = f"a list of {len(value)}"
+    elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        text = "a huge integer"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def validate_plan_dict(data, source: str = "plan") -> None:
+    """Raise ``PlannerError`` ``SOURCE: KEY: reason`` if ``data`` does not follow ``PLAN_SCHEMA``."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(PLAN_SCHEMA)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    if error is None:
+        return
+    where = _schema_path(error.absolute_path) or "plan"
+    got = _short(error.instance)
+    kind = error.validator
+    if kind == "required":
+        reason = error.message.split(" is a required")[0] + " is required"
+    elif kind == "additionalProperties":
+        allowed = ", ".join(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})), key=str)
+        reason = f"unknown key {str(extra[0])!r} (allowed: {allowed})"
+    elif kind == "type":
+        want = error.validator_value
+        reason = f"must be {'an' if want in ('integer', 'object', 'array') else 'a'} {want} (got {got})"
+    elif kind in ("minimum", "maximum"):
+        reason = f"must be {'>=' if kind == 'minimum' else '<='} {error.validator_value} (got {got})"
+    elif kind == "enum":
+        reason = f"must be one of {', '.join(map(str, error.validator_value))} (got {got})"
+    elif kind in ("minItems", "maxItems"):
+        reason = "must be [start, stop]" if where.endswith("range") else "must not be empty"
+    elif kind == "minLength":
+        reason = "must not be empty"
+    else:
+        reason = " ".join(error.message.split())[:120]
+    raise PlannerError(f"{source}: {where}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -61,72 +156,46 @@ class Plan:
         return out
 
     def to_json(self, indent: int | None = 1) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        from milp_planner.io import dumps_json
+
+        return dumps_json(self.to_dict(), indent=indent)
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "plan") -> "Plan":
-        def bad(msg):
-            raise PlannerError(f"{source}: {msg}")
-
-        if not isinstance(data, dict) or "stages" not in data:
-            bad("expected an object with 'stages'")
-        unknown = set(data) - {"instance", "stages", "meta"}
-        if unknown:
-            bad(f"unknown key {sorted(unknown)[0]!r}")
-        if not isinstance(data["stages"], list) or not data["stages"]:
-            bad("'stages' must be a non-empty list")
+        """Build a plan from its JSON structure; ``PlannerError`` naming the key if it breaks the schema."""
+        validate_plan_dict(data, source)
+        try:  # meta is free-form, but must be JSON data (a Python caller could pass anything)
+            json.dumps(data.get("meta") or {}, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise PlannerError(f"{source}: meta: must be JSON data ({e})") from None
         stages = []
-        for i, s in enumerate(data["stages"]):
-            where = f"stages[{i}]"
-            if not isinstance(s, dict):
-                bad(f"{where}: expected an object")
-            unknown = set(s) - {"first", "last", "axis", "parts"}
-            if unknown:
-                bad(f"{where}: unknown key {sorted(unknown)[0]!r}")
-            for k in ("first", "last", "parts"):
-                if k not in s:
-                    bad(f"{where}: missing key {k!r}")
-            if not isinstance(s["first"], int) or not isinstance(s["last"], int):
-                bad(f"{where}: 'first' and 'last' must be integers")
-            axis = s.get("axis", "none")
-            if axis not in PLAN_AXES:
-                bad(f"{where}.axis: {axis!r} is not one of {', '.join(PLAN_AXES)}")
-            if not isinstance(s["parts"], list) or not s["parts"]:
-                bad(f"{where}.parts: must be a non-empty list")
-            parts = []
-            for j, p in enumerate(s["parts"]):
-                pw = f"{where}.parts[{j}]"
-                if not isinstance(p, dict) or "device" not in p:
-                    bad(f"{pw}: expected an object with 'device'")
-                unknown = set(p) - {"device", "range"}
-                if unknown:
-                    bad(f"{pw}: unknown key {sorted(unknown)[0]!r}")
-                rng = p.get("range")
-                if rng is not None:
-                    if (not isinstance(rng, list) or len(rng) != 2
-                            or not all(isinstance(x, int) for x in rng)):
-                        bad(f"{pw}.range: must be [start, stop] integers")
-                    rng = (rng[0], rng[1])
-                parts.append(Part(str(p["device"]), rng))
-            stages.append(Stage(s["first"], s["last"], axis, tuple(parts)))
+        for s in data["stages"]:
+            parts = tuple(Part(p["device"], tuple(p["range"]) if p.get("range") is not None else None)
+                          for p in s["parts"])
+            stages.append(Stage(s["first"], s["last"], s.get("axis", "none"), parts))
         return cls(str(data.get("instance", "")), stages, dict(data.get("meta") or {}))
 
     @classmethod
     def from_json(cls, text: str, source: str = "plan") -> "Plan":
+        def constant(name):
+            raise ValueError(f"{name} is not a JSON value")
+
         try:
-            data = json.loads(text)
+            data = json.loads(text, parse_constant=constant)
         except json.JSONDecodeError as e:
             raise PlannerError(f"{source}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        except ValueError as e:  # an integer of thousands of digits, NaN, Infinity
+            raise PlannerError(f"{source}: not valid plan JSON ({' '.join(str(e).split())[:120]})") from None
+        except RecursionError:
+            raise PlannerError(f"{source}: JSON nested too deeply") from None
         return cls.from_dict(data, source)
 
     @classmethod
     def load(cls, path) -> "Plan":
-        path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as e:
-            raise PlannerError(f"{path}: cannot read plan ({e.strerror})") from None
-        return cls.from_json(text, str(path))
+        """Read and check the plan file ``path`` (a regular file of JSON, at most 16 MiB)."""
+        from milp_planner.io import read_text_bounded
+
+        return cls.from_json(read_text_bounded(path, "a plan file"), str(path))
 
     def save(self, path) -> None:
         """Write atomically: the file is whole or absent."""
@@ -169,6 +238,11 @@ def check_plan(plan: Plan, instance) -> None:
                 raise PlannerError(f"{where}: axis none takes exactly one part, got {len(s.parts)}")
             continue
         if len(s.parts) == 1:  # a one-part rows or channels stage is the same plan as none
+            rng = s.parts[0].range
+            extent = g.layers[s.last].rows if s.axis == "rows" else g.layers[s.last].channels
+            if rng is not None and tuple(rng) != (0, extent):
+                raise PlannerError(f"{where}: its one part must cover {s.axis} [0, {extent}), "
+                                   f"not [{rng[0]}, {rng[1]})")
             continue
         if s.axis == "rows":
             for lid in s.layers:
@@ -192,6 +266,8 @@ def check_plan(plan: Plan, instance) -> None:
             a, b = p.range
             if a >= b:
                 raise PlannerError(f"{where}: part on {p.device!r} has an empty range [{a}, {b})")
+            if a < 0 or b > extent:
+                raise PlannerError(f"{where}: part on {p.device!r} has range [{a}, {b}) outside {what} [0, {extent})")
             ranges.append((a, b))
         ranges.sort()
         if not ranges:

@@ -1,0 +1,47 @@
+"""Print the corpus tally: ``python tests/fuzz_corpus/tally.py [-v] [--timeout S]``.
+
+Runs every case of ``cases.py`` through the CLI (two at a time) and counts the outcomes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from fuzz_corpus.cases import CASES  # noqa: E402
+from fuzz_corpus.runner import OUTCOMES, run_all  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("-v", "--verbose", action="store_true", help="one line per case")
+    ap.add_argument("--timeout", type=float, default=20.0)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("-k", help="only cases whose name contains this")
+    ap.add_argument("--fork", action="store_true",
+                    help="run main() in forked children instead of fresh interpreters (faster)")
+    args = ap.parse_args()
+    cases = [c for c in CASES if not args.k or args.k in c.name]
+    root = Path(tempfile.mkdtemp(prefix="fuzz-tally-"))
+    try:
+        results = run_all(cases, timeout=args.timeout, workers=args.workers, root=root, fork=args.fork)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    counts = Counter(r.outcome for r in results)
+    if args.verbose:
+        for c, r in zip(cases, results):
+            flag = f" [pending: {c.pending}]" if c.pending else ""
+            print(f"{r.outcome:18} {r.case}{flag}: {r.reason}")
+    print(f"{len(results)} cases: " + ", ".join(f"{counts[o]} {o}" for o in OUTCOMES if counts[o]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
