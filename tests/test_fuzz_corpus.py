@@ -2,8 +2,7 @@
 (or a fresh interpreter for the cases that set an environment).
 
 Every case must end as a clean error (exit 2, one line, no traceback) or a correct run; no
-hang past 30 s, no input changed, no temporary file left. Cases marked ``pending`` are fixed
-on another branch (the ONNX importer) and are reported as expected failures until it is merged.
+hang past 30 s, no input changed, no temporary file left.
 ``python tests/fuzz_corpus/tally.py -v`` prints the same outcomes as a table.
 """
 
@@ -15,12 +14,7 @@ from fuzz_corpus.cases import CASES
 from fuzz_corpus.runner import GOOD, run_case
 
 
-def _param(case):
-    marks = [pytest.mark.xfail(reason=f"fixed on the {case.pending!r} branch", strict=False)] if case.pending else []
-    return pytest.param(case, id=case.name, marks=marks)
-
-
-@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in CASES])
 def test_corpus_case(case, tmp_path):
     res = run_case(case, timeout=30.0, root=tmp_path, fork=True)
     assert res.outcome in GOOD, f"{case.name}: {res.outcome}: {res.reason}\n{res.stderr[-2000:]}"

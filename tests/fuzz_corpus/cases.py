@@ -7,9 +7,6 @@ there and says what it expects:
 - ``ok``: a run that succeeds (exit 0 or 1) and passes ``check`` when one is given;
 - ``either``: a clean refusal or a run that passes ``check`` (e.g. ``!!bool yes`` may be read as
   true or refused, but never as false).
-
-``pending`` names another branch that fixes the case (the ONNX importer): the test reports
-those cases as expected failures until that branch is merged.
 """
 
 from __future__ import annotations
@@ -93,7 +90,6 @@ class Case:
     check: Callable | None = None  # (result) -> None if good, else the reason
     env: dict[str, str] = field(default_factory=dict)
     stdout: str = "pipe"  # pipe | closed | broken
-    pending: str | None = None
     note: str = ""
 
 
@@ -291,9 +287,9 @@ CASES: list[Case] = [
                                    "--out", "{dir}/rep"], files={"i.yaml": instance()}),
     # -- ONNX (fixed by the importer branch)
     Case("onnx_truncated", ["inspect", "{dir}/m.onnx"], files={"m.onnx": _onnx("truncated")}),
-    Case("onnx_no_outputs", ["inspect", "{dir}/m.onnx"], files={"m.onnx": _onnx("no_outputs")}, pending="import"),
-    Case("onnx_opset_999", ["inspect", "{dir}/m.onnx"], files={"m.onnx": _onnx("opset999")}, pending="import"),
-    Case("onnx_no_nodes", ["inspect", "{dir}/m.onnx"], files={"m.onnx": _onnx("no_nodes")}, pending="import"),
+    Case("onnx_no_outputs", ["inspect", "{dir}/m.onnx"], files={"m.onnx": _onnx("no_outputs")}),
+    Case("onnx_opset_999", ["inspect", "{dir}/m.onnx"], files={"m.onnx": _onnx("opset999")}),
+    Case("onnx_no_nodes", ["inspect", "{dir}/m.onnx"], files={"m.onnx": _onnx("no_nodes")}),
 ]
 
 # an unknown option must be refused by name

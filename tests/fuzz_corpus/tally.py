@@ -37,7 +37,7 @@ def main() -> int:
     counts = Counter(r.outcome for r in results)
     if args.verbose:
         for c, r in zip(cases, results):
-            flag = f" [pending: {c.pending}]" if c.pending else ""
+            flag = ""
             print(f"{r.outcome:18} {r.case}{flag}: {r.reason}")
     print(f"{len(results)} cases: " + ", ".join(f"{counts[o]} {o}" for o in OUTCOMES if counts[o]))
     return 0
