@@ -1,0 +1,270 @@
+"""Fidelity: the evaluator's predicted latency against a real deployment on this host.
+
+For a VGG-like, a ResNet-like and a MobileNetV2-like zoo model at a small input:
+
+1. profile this host (``milp_planner.deploy.profile``): a ``table`` device file per model;
+2. plan for 1 rank and for 2 ranks at each emulated bandwidth (``dp``, latency, the device
+   file as both ranks' profile, source and sink on rank 0);
+3. deploy each plan (``milp_planner.deploy.deploy``) and run it over MPI
+   (``milp_planner.deploy.run_deployment``, emulated network, median over repeats);
+4. write ``benchmarks/results/fidelity.json`` and ``benchmarks/results/fidelity.md``: predicted
+   and measured latency per plan and per stage, with the machine it ran on.
+
+    python benchmarks/bench_fidelity.py                      # the recorded run
+    python benchmarks/bench_fidelity.py --models resnet18:64 --bandwidths 1000 --repeat 3
+
+The device files, instances and plans are kept beside the results
+(``benchmarks/results/fidelity/``) so a row can be rerun by hand:
+``milp-planner solve benchmarks/results/fidelity/instances/NAME.yaml --planner dp``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+RESULTS = Path(__file__).parent / "results"
+WORK = RESULTS / "fidelity"
+MODELS = {  # label -> zoo reference (small inputs: a run takes seconds on one core)
+    "VGG-like (vgg16, 64 px)": "vgg16:64",
+    "ResNet-like (resnet18, 64 px)": "resnet18:64",
+    "MobileNetV2-like (mobilenetv2, 96 px)": "mobilenetv2:96",
+}
+GOAL = 0.15
+
+
+def machine() -> dict:
+    from milp_planner.deploy.profile import host_description
+
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    return {"host": host_description(), "nproc": os.cpu_count(), "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "loadavg_before": [round(x, 2) for x in load]}
+
+
+def instance_text(model: str, profile_rel: str, ranks: int, bandwidth_mbps: float, fusion: int) -> str:
+    devices = "\n".join(f"  - {{name: rank{i}, profile: {profile_rel}}}" for i in range(ranks))
+    return (
+        f"# bench_fidelity: {ranks} rank(s) on this host, profiled table device, {bandwidth_mbps:g} Mbps\n"
+        f"name: {model.replace(':', '-')}-{ranks}r-{bandwidth_mbps:g}mbps\n"
+        f"model: zoo:{model}\n"
+        "dtype_bytes: 4\n"
+        f"devices:\n{devices}\n"
+        "network:\n"
+        f"  bandwidth_mbps: {bandwidth_mbps:g}\n"
+        "  latency_ms: 0\n"
+        "  source: {device: rank0}\n"
+        "  sink: {device: rank0}\n"
+        f"search: {{fusion_limit: {fusion}, max_parts: {ranks}, splits: [equal], axes: [rows, channels]}}\n"
+        "objective: latency\n"
+    )
+
+
+def _num(d: dict, *words: str):
+    """The first value of ``d`` whose key holds every word (case-insensitive)."""
+    for k, v in d.items():
+        if all(w in k.lower() for w in words) and isinstance(v, (int, float)):
+            return float(v)
+    return None
+
+
+def stage_rows(per_stage) -> list[dict]:
+    """Flatten the deployment's ``per_stage`` into rows: stage, device, predicted and measured
+    compute and receive (seconds)."""
+    rows = []
+    items = per_stage if isinstance(per_stage, list) else [
+        dict(v, stage=k) if isinstance(v, dict) else {"stage": k, "value": v} for k, v in per_stage.items()]
+    for i, st in enumerate(items):
+        if not isinstance(st, dict):
+            continue
+        devs = st.get("devices") or st.get("per_device")
+        entries = []
+        if isinstance(devs, dict):
+            entries = [dict(v, device=k) for k, v in devs.items() if isinstance(v, dict)]
+        elif isinstance(devs, list):
+            entries = [v for v in devs if isinstance(v, dict)]
+        else:
+            entries = [st]
+        for e in entries:
+            rows.append({
+                "stage": st.get("stage", st.get("index", i)),
+                "layers": st.get("layers") or (f"{st['first']}-{st['last']}" if "first" in st else ""),
+                "axis": st.get("axis", ""),
+                "device": e.get("device", e.get("rank", "")),
+                "pred_compute_s": _num(e, "pred", "comp"),
+                "meas_compute_s": _num(e, "meas", "comp"),
+                "pred_recv_s": _num(e, "pred", "rec"),
+                "meas_recv_s": _num(e, "meas", "rec"),
+            })
+    return rows
+
+
+def run_one(inst_path: Path, plan_path: Path, repeat: int, timeout: float) -> dict:
+    from milp_planner.deploy import deploy, run_deployment
+    from milp_planner.instance import load_instance
+    from milp_planner.space.plan import Plan
+
+    inst = load_instance(inst_path)
+    plan = Plan.load(plan_path)
+    with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:
+        out_dir = deploy(inst, plan, Path(tmp) / "deploy")
+        res = run_deployment(out_dir, repeat=repeat, check=True, emulate_network=True, timeout=timeout)
+    return res
+
+
+def plan_for(inst_path: Path, plan_path: Path, time_limit: float) -> dict:
+    from milp_planner.instance import load_instance
+    from milp_planner.planners import get_planner
+
+    inst = load_instance(inst_path)
+    result = get_planner("dp").solve(inst, objective="latency", time_limit=time_limit)
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    from milp_planner.io import write_atomic
+
+    write_atomic(plan_path, json.dumps(result.plan.to_dict(), indent=1) + "\n")
+    stages = result.plan.stages
+    return {"status": result.status, "predicted_s": float(result.value), "stages": len(stages),
+            "split_stages": sum(len(s.parts) > 1 for s in stages),
+            "axes": sorted({s.axis for s in stages if len(s.parts) > 1})}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS.values()), help="zoo NAME:SIZE, comma separated")
+    ap.add_argument("--bandwidths", default="100,1000", help="emulated Mbps, comma separated")
+    ap.add_argument("--fusion", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=7, help="runs per deployment (median)")
+    ap.add_argument("--profile-repeats", type=int, default=30)
+    ap.add_argument("--time-limit", type=float, default=60.0, help="dp seconds per plan")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per deployment run")
+    ap.add_argument("--reuse-profiles", action="store_true", help="keep device files already written")
+    ap.add_argument("--out", default=str(RESULTS / "fidelity.json"))
+    args = ap.parse_args()
+
+    from milp_planner.deploy.profile import ProfileSettings, profile_model, write_device_file
+
+    labels = {v: k for k, v in MODELS.items()}
+    bandwidths = [float(b) for b in args.bandwidths.split(",")]
+    info = machine()
+    rows: list[dict] = []
+    for model in args.models.split(","):
+        label = labels.get(model, model)
+        prof_path = WORK / "profiles" / f"{model.replace(':', '-')}.yaml"
+        t0 = time.perf_counter()
+        if not (args.reuse_profiles and prof_path.exists()):
+            prof = profile_model(f"zoo:{model}", settings=ProfileSettings(repeats=args.profile_repeats, warmup=5))
+            write_device_file(prof, prof_path)
+        profile_s = time.perf_counter() - t0
+        print(f"{label}: profiled in {profile_s:.1f} s -> {prof_path}", flush=True)
+        configs = [(1, bandwidths[0])] + [(2, b) for b in bandwidths]
+        for ranks, bw in configs:
+            name = f"{model.replace(':', '-')}-{ranks}r" + (f"-{bw:g}mbps" if ranks > 1 else "")
+            inst_path = WORK / "instances" / f"{name}.yaml"
+            inst_path.parent.mkdir(parents=True, exist_ok=True)
+            inst_path.write_text(instance_text(model, f"../profiles/{prof_path.name}", ranks, bw, args.fusion))
+            plan_path = WORK / "plans" / f"{name}.json"
+            planned = plan_for(inst_path, plan_path, args.time_limit)
+            row = {"model": label, "ref": f"zoo:{model}", "ranks": ranks,
+                   "bandwidth_mbps": bw if ranks > 1 else None, "instance": str(inst_path.relative_to(RESULTS)),
+                   "plan": planned, "profile_s": round(profile_s, 1)}
+            try:
+                res = run_one(inst_path, plan_path, args.repeat, args.timeout)
+            except Exception as e:  # noqa: BLE001 - recorded, the other rows still run
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                print(f"  {name}: FAILED {row['error']}", flush=True)
+                rows.append(row)
+                continue
+            pred = float(res["predicted_latency_s"])
+            meas = float(res["measured_latency_s"])
+            row.update({
+                "predicted_s": pred, "measured_s": meas, "error": (pred - meas) / meas,
+                "max_abs_err": res.get("max_abs_err"), "ranks_ran": res.get("ranks"),
+                "stages": stage_rows(res.get("per_stage", [])),
+                "raw": {k: v for k, v in res.items() if k not in ("per_stage",)},
+            })
+            print(f"  {name}: predicted {pred * 1e3:.2f} ms, measured {meas * 1e3:.2f} ms "
+                  f"({row['error'] * 100:+.1f} %)", flush=True)
+            rows.append(row)
+    info["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    out = {"machine": info, "settings": vars(args), "rows": rows}
+    from milp_planner.io import write_atomic
+
+    write_atomic(Path(args.out), json.dumps(out, indent=1, default=str) + "\n")
+    write_atomic(Path(args.out).with_suffix(".md"), render(out))
+    print(f"wrote {args.out} and {Path(args.out).with_suffix('.md')}")
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x * 1e3:.2f}"
+
+
+def _pct(p, m) -> str:
+    if p is None or m is None or m <= 0:
+        return "-"
+    return f"{(p - m) / m * 100:+.0f} %"
+
+
+def render(out: dict) -> str:
+    """The results as Markdown: the summary table, then the per-stage tables."""
+    m, s = out["machine"], out["settings"]
+    ok = [r for r in out["rows"] if "measured_s" in r]
+    within = sum(abs(r["error"]) <= GOAL for r in ok)
+    lines = [
+        "# Fidelity: predicted against measured latency",
+        "",
+        f"Recorded on {m['date']} with `benchmarks/bench_fidelity.py` on {m['host']}; load average "
+        f"{m['loadavg_before'][0]:.2f} before, {m.get('loadavg_after', ['?'])[0]} after (other work shared "
+        "the machine).",
+        "",
+        f"Setup: each model profiled on this host (`milp-planner profile`, {s['profile_repeats']} repeats, "
+        f"one thread); plans by `dp` (latency, fusion limit {s['fusion']}, rows and channels, equal "
+        "splits) for 1 rank and for 2 ranks at each emulated bandwidth, source and sink on rank 0; "
+        f"each plan deployed and run over MPI with the emulated network, median of {s['repeat']} runs. "
+        f"Goal: within {GOAL * 100:.0f} %. {within} of {len(ok)} plans are.",
+        "",
+        "| model | ranks | Mbps | stages (split) | predicted ms | measured ms | error | max abs err |",
+        "|---|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in out["rows"]:
+        p = r["plan"]
+        split = f"{p['stages']} ({p['split_stages']}{', ' + '+'.join(p['axes']) if p['axes'] else ''})"
+        bw = "-" if r["bandwidth_mbps"] is None else f"{r['bandwidth_mbps']:g}"
+        if "measured_s" not in r:
+            lines.append(f"| {r['model']} | {r['ranks']} | {bw} | {split} | {_ms(p['predicted_s'])} | "
+                         f"failed: {r.get('error', '?')} | | |")
+            continue
+        err = r.get("max_abs_err")
+        lines.append(f"| {r['model']} | {r['ranks']} | {bw} | {split} | {_ms(r['predicted_s'])} | "
+                     f"{_ms(r['measured_s'])} | {r['error'] * 100:+.1f} % | "
+                     f"{'-' if err is None else f'{err:.1e}'} |")
+    lines += ["", "## Per stage", "",
+              "Predicted and measured compute and receive time of every stage part (ms); `error` is the "
+              "compute error of the part.", ""]
+    for r in ok:
+        bw = "" if r["bandwidth_mbps"] is None else f", {r['bandwidth_mbps']:g} Mbps"
+        lines += [f"### {r['model']}, {r['ranks']} rank{'s' if r['ranks'] > 1 else ''}{bw}", "",
+                  "| stage | layers | axis | device | compute pred | compute meas | error | recv pred | recv meas |",
+                  "|---:|---|---|---|---:|---:|---:|---:|---:|"]
+        for st in r["stages"]:
+            lines.append(f"| {st['stage']} | {st['layers']} | {st['axis']} | {st['device']} | "
+                         f"{_ms(st['pred_compute_s'])} | {_ms(st['meas_compute_s'])} | "
+                         f"{_pct(st['pred_compute_s'], st['meas_compute_s'])} | "
+                         f"{_ms(st['pred_recv_s'])} | {_ms(st['meas_recv_s'])} |")
+        lines.append("")
+    errs = [abs(r["error"]) for r in ok]
+    if errs:
+        lines += [f"Median absolute error over the plans: {statistics.median(errs) * 100:.1f} %.", ""]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
