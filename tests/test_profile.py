@@ -15,8 +15,8 @@ from onnx.utils import Extractor
 from milp_planner.cli import main
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.deploy.profile import (
-    ProfileSettings, channel_cut, load_model_with_weights, profile_model, row_cut, time_model,
-    write_device_file,
+    ProfileSettings, channel_cut, context_times, load_model_with_weights, profile_model, row_cut,
+    time_model, write_device_file,
 )
 from milp_planner.errors import PlannerError
 from milp_planner.instance import load_instance
@@ -114,6 +114,25 @@ def test_channel_cut_of_a_depthwise_conv_with_folded_batch_norm():
     gemm = next(l for l in graph.layers if l.op == "Gemm")
     cut, c = channel_cut(ex.extract_model(list(gemm.inputs), [gemm.output]), graph, gemm, 250)
     assert time_model(cut, FAST, np.random.default_rng(0))[1] == (1, 250)
+
+
+def test_context_times_assign_every_kernel_of_the_whole_model_to_its_layer():
+    model, graph = load_model_with_weights("zoo:tiny_residual")
+    times, rest = context_times(model, graph, FAST, np.random.default_rng(0))
+    convs = [l.name for l in graph.layers if l.op == "Conv"]
+    assert set(convs) <= set(times) and all(times[c] > 0 for c in convs)
+    assert set(times) <= {l.name for l in graph.layers}
+    assert rest < sum(times.values())  # only layout reorders are left unassigned
+
+
+def test_context_scaling_keeps_the_shape_of_each_curve():
+    iso = profile_model("zoo:tiny_chain", settings=ProfileSettings(repeats=3, warmup=1, context=False, seed=1))
+    ctx = profile_model("zoo:tiny_chain", settings=ProfileSettings(repeats=3, warmup=1, context=True, seed=1))
+    assert iso.context_total_s is None and ctx.context_total_s > 0
+    assert "in context" in ctx.device_entry()["assumptions"]
+    for lp in ctx.layers:
+        for p in lp.rows + lp.channels:
+            assert 0 < p.fraction <= 1 and p.seconds > 0
 
 
 # -- profile files in instances ---------------------------------------------------------------

@@ -24,6 +24,13 @@ Method (docs/profiles.md, "Profiling this host"):
   constant weights) keeps the first ``round(f x C)`` output channels (a whole number of
   groups for grouped convolutions, whose input channels are cut to match), slicing the
   weights, bias and the folded per-channel constants.
+* Context (on by default): a layer run alone, again and again, finds its weights in the
+  cache; inside the whole model they were evicted by the other layers since, and
+  onnxruntime fuses some layers (a residual Add into the convolution before it). So the
+  whole model is also run once per repeat under onnxruntime's profiler, each kernel is
+  assigned to the layer of its node, and each layer's points are scaled so that its
+  whole-layer time is its kernel time in context (the fractions keep the shape measured
+  alone). A layer with no kernel of its own there keeps its time alone.
 * Points are made non-decreasing in the fraction (a running minimum from the whole layer
   down), so the interpolation never makes a smaller part dearer than a larger one. A cut that cannot be
   built or run is left out and said in ``notes``; a layer that cannot be timed at all is
@@ -64,6 +71,7 @@ class ProfileSettings:
     warmup: int = 3
     fractions: tuple[float, ...] = DEFAULT_FRACTIONS
     seed: int = 0
+    context: bool = True  # scale each layer's points to its kernel time inside the whole model
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,8 @@ class HostProfile:
     run_overhead_s: float
     fallback_macs_per_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    context_total_s: float | None = None  # kernel time of one whole-model run (context on)
+    isolated_total_s: float | None = None  # the layers' whole-layer times, each run alone
 
     def device_entry(self) -> dict:
         """The device-file content: ``compute`` (a ``table`` model) plus ``source``/``assumptions``."""
@@ -118,8 +128,16 @@ class HostProfile:
             f"{s.repeats} runs; requested fractions {', '.join(f'{f:g}' for f in s.fractions)} "
             f"(rows: round(f x H) output rows from the middle of the map, halo included; channels: "
             f"round(f x C) output channels); the fixed cost of one run call "
-            f"({self.run_overhead_s * 1e6:.1f} us) is subtracted; points made non-decreasing (a running minimum from the whole layer down)."
+            f"({self.run_overhead_s * 1e6:.1f} us) is subtracted; points made non-decreasing (a running "
+            f"minimum from the whole layer down)."
         )
+        if self.context_total_s is not None:
+            assumptions += (
+                f" Context: each layer's points are scaled so that its whole-layer time is its kernel time "
+                f"inside a run of the whole model (onnxruntime profiling, median of {s.repeats} runs; cold "
+                f"weights, fused neighbours): whole model {self.context_total_s * 1e3:.3f} ms in context, "
+                f"{self.isolated_total_s * 1e3:.3f} ms as the sum of the layers run alone."
+            )
         if self.notes:
             assumptions += " Notes: " + " ".join(self.notes)
         return {
@@ -508,6 +526,73 @@ def profile_layer(sub: onnx.ModelProto, graph: LayerGraph, layer: Layer, setting
     return lp
 
 
+def _layer_of_node(graph: LayerGraph) -> dict[str, str]:
+    """ONNX node display name -> the layer it belongs to (root, folded and pattern nodes)."""
+    out = {}
+    for layer in graph.layers:
+        for n in [layer.name, *layer.attrs.get("folded_nodes", ()), *layer.attrs.get("pattern_nodes", ())]:
+            out.setdefault(n, layer.name)
+    return out
+
+
+def context_times(model: onnx.ModelProto, graph: LayerGraph, settings: ProfileSettings,
+                  rng: np.random.Generator) -> tuple[dict[str, float], float]:
+    """Kernel seconds of each layer inside a run of the whole model, and the unassigned rest.
+
+    onnxruntime's profiler times every kernel of ``repeats`` runs (after ``warmup``); a
+    kernel is assigned to the layer of the node it was made from (onnxruntime names fused
+    and re-laid-out nodes after one of their nodes or its output: ``NAME_nchwc``,
+    ``fused NAME``). A layer
+    whose nodes were fused into a neighbour's kernel gets no entry.
+    """
+    import json
+    import tempfile
+
+    import onnxruntime as ort
+
+    owner = _layer_of_node(graph)
+    for node in model.graph.node:  # onnxruntime may name a rewritten node after its output
+        layer = owner.get(node.name or (node.output[0] if node.output else ""))
+        for o in node.output:
+            if layer is not None and o:
+                owner.setdefault(o, layer)
+    for layer in graph.layers:
+        owner.setdefault(layer.output, layer.name)
+    with tempfile.TemporaryDirectory(prefix="milp-profile-") as tmp:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.log_severity_level = 3
+        so.enable_profiling = True
+        so.profile_file_prefix = str(Path(tmp) / "ort")
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        feeds = _feeds(sess, rng)
+        for _ in range(settings.warmup + settings.repeats):
+            sess.run(None, feeds)
+        events = json.loads(Path(sess.end_profiling()).read_text())
+    per_node: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
+            per_node.setdefault(e["name"][: -len("_kernel_time")], []).append(e["dur"] * 1e-6)
+    times: dict[str, float] = {}
+    rest = 0.0
+    for node, durs in per_node.items():
+        t = statistics.median(durs[settings.warmup:] or durs)
+        base = node[len("fused "):] if node.startswith("fused ") else node
+        base = base[: -len("_nchwc")] if base.endswith("_nchwc") else base
+        layer = owner.get(base)
+        if layer is None:
+            rest += t
+        else:
+            times[layer] = times.get(layer, 0.0) + t
+    return times, rest
+
+
+def _scaled(points: list[Point], factor: float) -> list[Point]:
+    return [Point(p.fraction, max(p.seconds * factor, MIN_SECONDS)) for p in points]
+
+
 def profile_model(ref: str, input_shape=None, settings: ProfileSettings | None = None,
                   progress=None) -> HostProfile:
     """Profile every layer of ``ref`` on this host (see the module docstring).
@@ -543,6 +628,22 @@ def profile_model(ref: str, input_shape=None, settings: ProfileSettings | None =
             notes.append(f"layer {layer.name} ({layer.op}) not timed ({str(e).splitlines()[0][:100]}); "
                          "priced by macs_per_s.")
             missing.append(layer)
+    context_total = isolated_total = None
+    if settings.context:
+        ctx, rest = context_times(model, graph, settings, rng)
+        isolated_total = sum((lp.rows or lp.channels)[-1].seconds for lp in layers)
+        for lp in layers:
+            t_ctx = ctx.get(lp.name)
+            whole = (lp.rows or lp.channels)[-1].seconds
+            if t_ctx is None or whole <= 0:
+                continue  # fused into a neighbour's kernel in the whole model: its own time stays
+            lp.rows, lp.channels = _scaled(lp.rows, t_ctx / whole), _scaled(lp.channels, t_ctx / whole)
+        context_total = sum(ctx.values()) + rest
+        alone = [lp.name for lp in layers if lp.name not in ctx]
+        if alone:
+            notes.append(f"{len(alone)} layer(s) have no kernel of their own in the whole model (fused into "
+                         f"a neighbour) and keep their time run alone: {', '.join(alone[:6])}"
+                         f"{', ...' if len(alone) > 6 else ''}.")
     fallback = None
     if missing:
         timed = {lp.name: lp for lp in layers}
@@ -555,7 +656,8 @@ def profile_model(ref: str, input_shape=None, settings: ProfileSettings | None =
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return HostProfile(model=ref, input_shape=tuple(shape), layers=layers, settings=settings,
                        host=host_description(), date=date, run_overhead_s=overhead,
-                       fallback_macs_per_s=fallback, notes=notes)
+                       fallback_macs_per_s=fallback, notes=notes, context_total_s=context_total,
+                       isolated_total_s=isolated_total)
 
 
 def write_device_file(profile: HostProfile, path) -> Path:

@@ -31,7 +31,8 @@ def _positive(name: str, minimum: int):
 def cmd_profile(args) -> int:
     from milp_planner.deploy.profile import ProfileSettings, profile_model, write_device_file
 
-    settings = ProfileSettings(repeats=args.repeats, warmup=args.warmup, fractions=args.fractions)
+    settings = ProfileSettings(repeats=args.repeats, warmup=args.warmup, fractions=args.fractions,
+                               context=not args.no_context)
 
     def progress(i: int, n: int, name: str) -> None:
         if not args.quiet and sys.stderr.isatty():
@@ -68,5 +69,8 @@ def add_profile_parser(sub) -> None:
     s.add_argument("--warmup", type=_positive("--warmup", 0), default=3, help="untimed runs first; default 3")
     s.add_argument("--fractions", type=_fractions, default=(0.25, 0.5, 1.0),
                    help="row and channel fractions to measure; default 0.25,0.5,1")
+    s.add_argument("--no-context", action="store_true",
+                   help="keep each layer's time run alone (default: scaled to its kernel time inside "
+                        "a run of the whole model)")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress")
     s.set_defaults(func=cmd_profile)
