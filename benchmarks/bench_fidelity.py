@@ -2,7 +2,8 @@
 
 For a VGG-like, a ResNet-like and a MobileNetV2-like zoo model at a small input:
 
-1. profile this host (``milp_planner.deploy.profile``): a ``table`` device file per model;
+1. profile this host (``milp_planner.deploy.profile``): a ``table`` device file per model,
+   in context (the default) and, for comparison, with every layer's time run alone;
 2. plan for 1 rank and for 2 ranks at each emulated bandwidth (``dp``, latency, the device
    file as both ranks' profile, source and sink on rank 0);
 3. deploy each plan (``milp_planner.deploy.deploy``) and run it over MPI
@@ -137,6 +138,15 @@ def plan_for(inst_path: Path, plan_path: Path, time_limit: float) -> dict:
             "axes": sorted({s.axis for s in stages if len(s.parts) > 1})}
 
 
+def predict(inst_path: Path, plan_path: Path) -> float:
+    """The evaluator's latency of the plan in ``plan_path`` on the instance ``inst_path``."""
+    from milp_planner.cost.evaluator import evaluate
+    from milp_planner.instance import load_instance
+    from milp_planner.space.plan import Plan
+
+    return evaluate(Plan.load(plan_path), load_instance(inst_path)).latency_s
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(MODELS.values()), help="zoo NAME:SIZE, comma separated")
@@ -148,7 +158,9 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per deployment run")
     ap.add_argument("--reuse-profiles", action="store_true", help="keep device files already written")
     ap.add_argument("--out", default=str(RESULTS / "fidelity.json"))
+    ap.add_argument("--work", default=str(WORK), help="where device files, instances and plans go")
     args = ap.parse_args()
+    work = Path(args.work)
 
     from milp_planner.deploy.profile import ProfileSettings, profile_model, write_device_file
 
@@ -158,23 +170,28 @@ def main() -> None:
     rows: list[dict] = []
     for model in args.models.split(","):
         label = labels.get(model, model)
-        prof_path = WORK / "profiles" / f"{model.replace(':', '-')}.yaml"
+        prof_path = work / "profiles" / f"{model.replace(':', '-')}.yaml"
         t0 = time.perf_counter()
-        if not (args.reuse_profiles and prof_path.exists()):
-            prof = profile_model(f"zoo:{model}", settings=ProfileSettings(repeats=args.profile_repeats, warmup=5))
-            write_device_file(prof, prof_path)
+        alone_path = prof_path.with_name(prof_path.stem + "-alone.yaml")
+        if not (args.reuse_profiles and prof_path.exists() and alone_path.exists()):
+            for path, context in ((prof_path, True), (alone_path, False)):
+                settings = ProfileSettings(repeats=args.profile_repeats, warmup=5, context=context)
+                write_device_file(profile_model(f"zoo:{model}", settings=settings), path)
         profile_s = time.perf_counter() - t0
         print(f"{label}: profiled in {profile_s:.1f} s -> {prof_path}", flush=True)
         configs = [(1, bandwidths[0])] + [(2, b) for b in bandwidths]
         for ranks, bw in configs:
             name = f"{model.replace(':', '-')}-{ranks}r" + (f"-{bw:g}mbps" if ranks > 1 else "")
-            inst_path = WORK / "instances" / f"{name}.yaml"
+            inst_path = work / "instances" / f"{name}.yaml"
             inst_path.parent.mkdir(parents=True, exist_ok=True)
             inst_path.write_text(instance_text(model, f"../profiles/{prof_path.name}", ranks, bw, args.fusion))
-            plan_path = WORK / "plans" / f"{name}.json"
+            plan_path = work / "plans" / f"{name}.json"
             planned = plan_for(inst_path, plan_path, args.time_limit)
+            alone_inst = inst_path.with_name(inst_path.stem + "-alone.yaml")
+            alone_inst.write_text(instance_text(model, f"../profiles/{alone_path.name}", ranks, bw, args.fusion))
+            planned["predicted_alone_s"] = predict(alone_inst, plan_path)
             row = {"model": label, "ref": f"zoo:{model}", "ranks": ranks,
-                   "bandwidth_mbps": bw if ranks > 1 else None, "instance": str(inst_path.relative_to(RESULTS)),
+                   "bandwidth_mbps": bw if ranks > 1 else None, "instance": str(inst_path.relative_to(work.parent)),
                    "plan": planned, "profile_s": round(profile_s, 1)}
             try:
                 res = run_one(inst_path, plan_path, args.repeat, args.timeout)
@@ -231,8 +248,10 @@ def render(out: dict) -> str:
         f"each plan deployed and run over MPI with the emulated network, median of {s['repeat']} runs. "
         f"Goal: within {GOAL * 100:.0f} %. {within} of {len(ok)} plans are.",
         "",
-        "| model | ranks | Mbps | stages (split) | predicted ms | measured ms | error | max abs err |",
-        "|---|---:|---:|---|---:|---:|---:|---:|",
+        "`alone` is the same plan priced with the layers' times run alone (`--no-context`).",
+        "",
+        "| model | ranks | Mbps | stages (split) | predicted ms | measured ms | error | alone ms | alone error | max abs err |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in out["rows"]:
         p = r["plan"]
@@ -240,12 +259,12 @@ def render(out: dict) -> str:
         bw = "-" if r["bandwidth_mbps"] is None else f"{r['bandwidth_mbps']:g}"
         if "measured_s" not in r:
             lines.append(f"| {r['model']} | {r['ranks']} | {bw} | {split} | {_ms(p['predicted_s'])} | "
-                         f"failed: {r.get('error', '?')} | | |")
+                         f"failed: {r.get('error', '?')} | | | | |")
             continue
         err = r.get("max_abs_err")
         lines.append(f"| {r['model']} | {r['ranks']} | {bw} | {split} | {_ms(r['predicted_s'])} | "
-                     f"{_ms(r['measured_s'])} | {r['error'] * 100:+.1f} % | "
-                     f"{'-' if err is None else f'{err:.1e}'} |")
+                     f"{_ms(r['measured_s'])} | {r['error'] * 100:+.1f} % | {_ms(p.get('predicted_alone_s'))} | "
+                     f"{_pct(p.get('predicted_alone_s'), r['measured_s'])} | {'-' if err is None else f'{err:.1e}'} |")
     lines += ["", "## Per stage", "",
               "Predicted and measured compute and receive time of every stage part (ms); `error` is the "
               "compute error of the part.", ""]

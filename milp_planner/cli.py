@@ -154,7 +154,7 @@ def _add_report(sub):
 
 # extra subcommands: name -> function(subparsers) that registers one
 COMMANDS = {"report": _add_report,
-            "profile": lambda sub: __import__("milp_planner.deploy.profile_cli").deploy.profile_cli.add_profile_parser(sub)}
+            "profile": lambda sub: __import__("milp_planner.deploy.profile_cli", fromlist=["_"]).add_profile_parser(sub)}
 
 
 def build_parser() -> argparse.ArgumentParser:
