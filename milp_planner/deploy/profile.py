@@ -601,6 +601,10 @@ def profile_model(ref: str, input_shape=None, settings: ProfileSettings | None =
     """
     from onnx.utils import Extractor
 
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        raise PlannerError("profile needs onnxruntime: pip install 'milp-planner[runtime]'") from None
     settings = settings or ProfileSettings()
     if settings.repeats < 1 or settings.warmup < 0:
         raise PlannerError("profile: repeats must be >= 1 and warmup >= 0")
