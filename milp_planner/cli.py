@@ -153,8 +153,9 @@ def _add_report(sub):
 
 
 # extra subcommands: name -> function(subparsers) that registers one
-COMMANDS = {"report": _add_report,
-            "profile": lambda sub: __import__("milp_planner.deploy.profile_cli", fromlist=["_"]).add_profile_parser(sub)}
+COMMANDS = {"report": _add_report}
+COMMANDS["deploy"] = __import__("milp_planner.deploy.cli", fromlist=["cli"]).add_deploy_parsers  # deploy, run
+COMMANDS["profile"] = __import__("milp_planner.deploy.profile_cli", fromlist=["_"]).add_profile_parser
 
 
 def build_parser() -> argparse.ArgumentParser:

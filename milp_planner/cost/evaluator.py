@@ -437,3 +437,29 @@ def lower_bound_latency(instance: Instance) -> float:
         else:
             return 0.0
     return 1.0 / rate if rate > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message the evaluator counts: ``stage`` is the stage index, or the number of stages
+    for the final gather at the sink; ``src``/``dst`` are device indices or ``EXTERNAL``."""
+
+    stage: int
+    tensor: str
+    src: int
+    dst: int
+    bytes: int
+    time_s: float
+
+
+def messages(plan: Plan, instance: Instance) -> list[Message]:
+    """Every message ``evaluate`` prices, in its order (stage by stage, then the gather).
+
+    Read off the same ``Metrics`` the costs come from, so the list and the prices cannot
+    diverge: one message per tensor per device pair with bytes > 0 (MODEL.md section 4).
+    """
+    m = evaluate(plan, instance)
+    out = [Message(si, t.tensor, t.src, t.dst, t.bytes, t.time_s)
+           for si, s in enumerate(m.stages) for t in s.transfers]
+    out += [Message(len(m.stages), t.tensor, t.src, t.dst, t.bytes, t.time_s) for t in m.gather]
+    return out

@@ -1,0 +1,92 @@
+"""The ``deploy`` and ``run`` subcommands. ``add_deploy_parsers(subparsers)`` registers both
+(wired in milp_planner.cli)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def _positive_float(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return x
+
+
+def _positive_int(text: str) -> int:
+    try:
+        x = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if x < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return x
+
+
+def cmd_deploy(args) -> int:
+    from milp_planner.deploy import deploy
+    from milp_planner.instance import load_instance
+    from milp_planner.space.plan import Plan
+
+    inst = load_instance(args.instance)
+    plan = Plan.load(args.plan)
+    out = deploy(inst, plan, args.out)
+    from milp_planner.deploy.manifest import Manifest
+
+    m = Manifest.load(out)
+    files = sum(1 for s in m.stages for p in s.parts if p.model)
+    print(f"wrote {out}: {files} sub-models on {len(m.ranks)} ranks, {len(m.messages)} messages; "
+          f"run it with: milp-planner run {out} --check")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from milp_planner.deploy import run_deployment
+
+    report = run_deployment(args.folder, input=args.input, repeat=args.repeat, check=args.check,
+                            emulate_network=args.emulate_network, timeout=args.timeout)
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    ms = 1e3
+    print("ranks: " + ", ".join(f"{r}={name}" for name, r in sorted(report["ranks"].items(), key=lambda x: x[1])))
+    print(f"latency: measured {report['measured_latency_s'] * ms:.3f} ms (median of {report['repeat']}), "
+          f"predicted {report['predicted_latency_s'] * ms:.3f} ms"
+          + (" [network emulated]" if report["emulate_network"] else " [network: shared memory]"))
+    if report["max_abs_err"] is not None:
+        print(f"check: max abs error {report['max_abs_err']:.3g} against the unsplit model")
+    print(f"{'stage':>5} {'layers':>9} {'axis':>8} {'device':>12} {'compute ms':>11} {'pred':>9} {'recv ms':>9} {'pred':>9}")
+    for s in report["per_stage"]:
+        for d in s["devices"]:
+            print(f"{s['stage']:>5} {str(s['first']) + '-' + str(s['last']):>9} {s['axis']:>8} {d['device']:>12} "
+                  f"{d['compute_s'] * ms:>11.3f} {d['predicted_compute_s'] * ms:>9.3f} "
+                  f"{d['recv_s'] * ms:>9.3f} {d['predicted_recv_s'] * ms:>9.3f}")
+    g = report["gather"]
+    print(f"gather: measured {g['measured_s'] * ms:.3f} ms, predicted {g['predicted_s'] * ms:.3f} ms")
+    return 0
+
+
+def add_deploy_parsers(sub) -> None:
+    """Register ``deploy`` and ``run`` on an argparse subparsers object."""
+    s = sub.add_parser("deploy", help="write a plan as per-device ONNX sub-models, a message manifest and launch files")
+    s.add_argument("instance")
+    s.add_argument("plan", help="a plan JSON file (from solve --out)")
+    s.add_argument("--out", required=True, help="the deployment folder to write")
+    s.set_defaults(func=cmd_deploy)
+
+    s = sub.add_parser("run", help="run a deployment with one MPI rank per device on this machine")
+    s.add_argument("folder", help="a folder written by deploy")
+    s.add_argument("--input", help="a .npy file with the model input (default: seeded noise)")
+    s.add_argument("--repeat", type=_positive_int, default=5, help="timed runs after one warm-up (default 5)")
+    s.add_argument("--check", action="store_true", help="compare the outputs with the unsplit model")
+    s.add_argument("--emulate-network", action="store_true",
+                   help="hold every message for its modelled transfer time (bandwidth and latency of the instance)")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--timeout", type=_positive_float, default=120.0, help="seconds before every rank is stopped")
+    s.set_defaults(func=cmd_run)
+
+

@@ -1,0 +1,244 @@
+"""What one rank does with a deployment, whatever carries its messages.
+
+``RankProgram`` holds the data a device owns, sends its messages, assembles the inputs of
+its sub-models from what it owns and what it received, runs them with onnxruntime (one
+intra-op thread) and keeps only what it owns afterwards: halo rows and received data live
+only for the stage (MODEL.md's ownership rule). ``execute_sequential`` runs every rank in this
+process, stage by stage in rank order, with an in-memory mailbox: the numerics of the MPI
+run without its start-up cost.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from milp_planner.errors import PlannerError
+from milp_planner.space.geometry import Region
+from milp_planner.deploy.manifest import Manifest, MessageSpec, PartSpec
+from milp_planner.deploy.regions import intersect, put, region_shape, take
+
+
+def session_options():
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    return so
+
+
+def load_session(path: Path):
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
+    except Exception as e:
+        raise PlannerError(f"{path}: onnxruntime cannot load it ({str(e).splitlines()[0][:160]})") from None
+
+
+def make_inputs(manifest: Manifest, input=None) -> dict[str, np.ndarray]:
+    """The model inputs: ``input`` (an array or a .npy path) for the first, else seeded normal noise."""
+    out = {}
+    for k, (t, shape) in enumerate(manifest.inputs.items()):
+        if input is not None and k == 0:
+            if isinstance(input, (str, Path)):
+                try:
+                    arr = np.load(input)
+                except (OSError, ValueError) as e:
+                    raise PlannerError(f"{input}: cannot read the input array ({e})") from None
+            else:
+                arr = np.asarray(input)
+            arr = np.asarray(arr, dtype=np.float32)
+            if tuple(arr.shape) != tuple(shape):
+                raise PlannerError(f"{input if isinstance(input, (str, Path)) else 'input'}: shape "
+                                   f"{tuple(arr.shape)}, the model's input '{t}' has {tuple(shape)}")
+        else:
+            arr = np.random.default_rng(k).standard_normal(shape, dtype=np.float32)
+        out[t] = arr
+    return out
+
+
+class Transport(Protocol):
+    def send(self, msg: MessageSpec, array: np.ndarray) -> None: ...
+
+    def recv(self, msg: MessageSpec) -> np.ndarray: ...
+
+
+@dataclass
+class StageTiming:
+    compute_s: float = 0.0
+    recv_s: float = 0.0
+
+
+@dataclass
+class RankProgram:
+    """The program of one rank (a device, or the external source/sink)."""
+
+    folder: Path
+    manifest: Manifest
+    me: str
+    store: dict[str, tuple[Region, np.ndarray]] = field(default_factory=dict)
+    sessions: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self):
+        m = self.manifest
+        self.sends: dict[int, list[MessageSpec]] = {}
+        self.recvs: dict[int, list[MessageSpec]] = {}
+        for msg in m.messages:
+            if msg.sender == self.me:
+                self.sends.setdefault(msg.stage, []).append(msg)
+            if msg.receiver == self.me:
+                self.recvs.setdefault(msg.stage, []).append(msg)
+        self.parts: dict[int, PartSpec] = {}
+        for s in m.stages:
+            for p in s.parts:
+                if p.device == self.me:
+                    self.parts[s.index] = p
+
+    def load(self) -> None:
+        """Open the sub-models of this rank (before any timing)."""
+        for p in self.parts.values():
+            if p.model and p.model not in self.sessions:
+                self.sessions[p.model] = load_session(self.folder / p.model)
+
+    def start(self, inputs: dict[str, np.ndarray]) -> None:
+        self.store = {}
+        if self.manifest.source == self.me:
+            for t, arr in inputs.items():
+                self.store[t] = (_full_region(arr.shape), arr)
+
+    def send_stage(self, si: int, transport: Transport) -> None:
+        for msg in self.sends.get(si, ()):
+            region, arr = self.store[msg.tensor]
+            transport.send(msg, take(arr, region, msg.region))
+
+    def run_stage(self, si: int, transport: Transport) -> StageTiming | None:
+        """Receive, assemble and compute this rank's part of stage ``si`` (None: no part)."""
+        part = self.parts.get(si)
+        received = []
+        t0 = time.perf_counter()
+        for msg in self.recvs.get(si, ()):
+            received.append((msg, transport.recv(msg)))
+        recv_s = time.perf_counter() - t0
+        if part is None:
+            return None
+        timing = StageTiming(recv_s=recv_s)
+        if not part.model:
+            return timing
+        feeds = {}
+        for sl in part.inputs:
+            feeds[sl.name] = self._assemble(sl.tensor, sl.region, [(m, a) for m, a in received if m.tensor == sl.tensor])
+        sess = self.sessions.get(part.model)
+        if sess is None:
+            sess = self.sessions[part.model] = load_session(self.folder / part.model)
+        names = [o.name for o in part.outputs]
+        t1 = time.perf_counter()
+        outs = sess.run(names, feeds)
+        timing.compute_s = time.perf_counter() - t1
+        for o, arr in zip(part.outputs, outs):
+            self.store[o.tensor] = (o.region, arr)
+        return timing
+
+    def gather(self, transport: Transport) -> dict[str, np.ndarray] | None:
+        """Send owned outputs to the sink; at the sink, return the assembled outputs."""
+        n = len(self.manifest.stages)
+        self.send_stage(n, transport)
+        if self.manifest.sink != self.me:
+            return None
+        received = [(msg, transport.recv(msg)) for msg in self.recvs.get(n, ())]
+        out = {}
+        for t, shape in self.manifest.outputs.items():
+            full = _full_region(shape)
+            out[t] = self._assemble(t, full, [(m, a) for m, a in received if m.tensor == t])
+        return out
+
+    def _assemble(self, t: str, need: Region, received) -> np.ndarray:
+        shape = self._shape(t)
+        buf = np.empty(region_shape(shape, need), dtype=np.float32)
+        covered = 0
+        own = self.store.get(t)
+        if own is not None:
+            common = intersect(own[0], need)
+            if common is not None:
+                put(buf, need, take(own[1], own[0], common), common)
+                covered += common.cells
+        for msg, arr in received:
+            put(buf, need, arr, msg.region)
+            covered += msg.region.cells
+        if covered != need.cells:
+            raise PlannerError(f"deploy: rank {self.me}: tensor '{t}' rows {need.rows} channels {need.chans} "
+                               f"assembled from {covered} of {need.cells} cells")
+        return buf
+
+    def _shape(self, t: str) -> tuple[int, ...]:
+        return tuple(self.manifest.shapes[t])
+
+
+def _full_region(shape) -> Region:
+    shape = tuple(shape)
+    if len(shape) == 4:
+        return Region((0, shape[2]), (0, shape[1]))
+    return Region((0, 1), (0, shape[-1] if shape else 1))
+
+
+class Mailbox:
+    """An in-memory transport for ``execute_sequential``."""
+
+    def __init__(self):
+        self.box: dict[int, np.ndarray] = {}
+
+    def send(self, msg: MessageSpec, array: np.ndarray) -> None:
+        self.box[msg.id] = array
+
+    def recv(self, msg: MessageSpec) -> np.ndarray:
+        try:
+            return self.box.pop(msg.id)
+        except KeyError:
+            raise PlannerError(f"deploy: message {msg.id} ({msg.tensor} {msg.sender} -> {msg.receiver}) "
+                               f"received before it was sent") from None
+
+
+def execute_sequential(out_dir, input=None) -> dict[str, np.ndarray]:
+    """Run a deployment in this process, rank after rank within each stage; the sink's outputs."""
+    folder = Path(out_dir)
+    m = Manifest.load(folder)
+    inputs = make_inputs(m, input)
+    progs = {name: RankProgram(folder, m, name) for name in m.rank_names()}
+    box = Mailbox()
+    for p in progs.values():
+        p.start(inputs)
+    for s in m.stages:
+        for p in progs.values():
+            p.send_stage(s.index, box)
+        for p in progs.values():
+            p.run_stage(s.index, box)
+    for p in progs.values():
+        if p.me != m.sink:
+            p.gather(box)
+    return progs[m.sink].gather(box)
+
+
+def reference_outputs(out_dir, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The unsplit model's outputs (onnxruntime, one thread)."""
+    folder = Path(out_dir)
+    m = Manifest.load(folder)
+    sess = load_session(folder / m.reference_model)
+    names = [o.name for o in sess.get_outputs()]
+    vals = sess.run(names, {k: v for k, v in inputs.items() if k in {i.name for i in sess.get_inputs()}})
+    got = dict(zip(names, vals))
+    return {t: got[t] for t in m.outputs if t in got}
+
+
+def max_abs_err(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    missing = set(b) - set(a)
+    if missing:
+        raise PlannerError(f"deploy: output '{sorted(missing)[0]}' was not produced")
+    return max(float(np.max(np.abs(a[t].astype(np.float64) - b[t].astype(np.float64)))) if a[t].size else 0.0
+               for t in b)

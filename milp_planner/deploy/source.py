@@ -1,0 +1,199 @@
+"""The model with its weights, and which original ONNX nodes make each layer.
+
+The importer folds BatchNormalization, bias and activation nodes into their producer and
+drops Identity/Dropout; a layer records its output tensor and its activation inputs. Here
+the original nodes of a layer are found structurally: walking back from the tensor holding
+the layer's value through every node that is not a constant, until a tensor that is a graph
+input or another layer's value is reached. That needs no extra record in the importer, and it
+finds pattern nodes (GELU, Swish) and Identity copies as well.
+
+Constants (initializers, Constant nodes, shape arithmetic, weight preprocessing) are
+evaluated to numpy arrays once, so a sub-model holds plain initializers and a device gets
+only the slice of a weight it uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from milp_planner.errors import PlannerError
+from milp_planner.model.graph import LayerGraph
+
+STATIC_OPS = frozenset({"Constant", "ConstantOfShape", "Shape", "Size"})  # as the importer
+ALIAS_OPS = frozenset({"Identity", "Dropout"})
+
+
+@dataclass
+class LayerNodes:
+    """The original nodes computing one layer."""
+
+    nodes: list[onnx.NodeProto]  # in the file's (topological) order
+    act: dict[str, str]  # tensor name read by a node -> the layer input (graph tensor) it holds
+    value: str  # the original tensor holding the layer's output
+    consts: set[str] = field(default_factory=set)  # constant tensor names read by the nodes
+
+    @property
+    def root(self) -> onnx.NodeProto:
+        """The first node reading an activation input (the Conv of Conv -> BN -> Relu)."""
+        for n in self.nodes:
+            if any(i in self.act for i in n.input):
+                return n
+        return self.nodes[0]
+
+
+def load_model(instance) -> onnx.ModelProto:
+    """The instance's model with its weights (zoo models: seeded weights, ``zoo.build(..., weights=True)``)."""
+    from milp_planner.model.loading import parse_zoo_ref
+
+    ref = instance.model or ""
+    g = instance.graph
+    if ref.startswith("zoo:"):
+        from milp_planner.model import zoo
+
+        name, _ = parse_zoo_ref(ref)
+        shape = next(iter(g.inputs.values()))
+        return zoo.build(name, size=tuple(shape[2:]), weights=True, batch=shape[0])
+    if not ref:
+        raise PlannerError(f"instance {instance.name}: no model reference to deploy (an instance built in code)")
+    path = Path(ref).expanduser()
+    if not path.is_absolute() and instance.path is not None:
+        path = Path(instance.path).parent / path
+    try:
+        model = onnx.load(str(path))
+    except Exception as e:
+        raise PlannerError(f"{path}: cannot load the model with its weights ({str(e).splitlines()[0][:120]})") from None
+    # fix symbolic input dims to the instance's shapes
+    for vi in model.graph.input:
+        if vi.name in g.inputs:
+            tt = vi.type.tensor_type
+            tt.ClearField("shape")
+            for d in g.inputs[vi.name]:
+                tt.shape.dim.add().dim_value = int(d)
+    return model
+
+
+class ModelSource:
+    """Original nodes and constant values of ``model``, which ``graph`` was imported from."""
+
+    def __init__(self, model: onnx.ModelProto, graph: LayerGraph):
+        self.model = model
+        self.graph = graph
+        g = model.graph
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
+        self.initializers = {t.name: t for t in g.initializer}
+        self.producer: dict[str, onnx.NodeProto] = {}
+        self.const: set[str] = set(self.initializers)
+        for n in g.node:
+            for o in n.output:
+                if o:
+                    self.producer[o] = n
+            ins = [i for i in n.input if i]
+            if n.domain in ("", "ai.onnx") and n.op_type in STATIC_OPS or all(i in self.const for i in ins):
+                self.const.update(o for o in n.output if o)
+        self.order = {id(n): i for i, n in enumerate(g.node)}
+        self._values: dict[str, np.ndarray] = {}
+        self._shapes: dict[str, tuple] | None = None
+        self._roots = {self.resolve(t): t for t in graph.inputs}
+        for layer in graph.layers:
+            self._roots[self.resolve(layer.output)] = layer.output
+        self._layer_nodes: dict[int, LayerNodes] = {}
+
+    def resolve(self, t: str) -> str:
+        """Follow Identity/Dropout copies back to the tensor they copy."""
+        while True:
+            n = self.producer.get(t)
+            if n is None or n.op_type not in ALIAS_OPS or t != n.output[0] or t in self.const:
+                return t
+            t = n.input[0]
+
+    def layer_nodes(self, lid: int) -> LayerNodes:
+        hit = self._layer_nodes.get(lid)
+        if hit is not None:
+            return hit
+        layer = self.graph.layers[lid]
+        value = self.resolve(layer.output)
+        nodes: dict[int, onnx.NodeProto] = {}
+        act: dict[str, str] = {}
+        consts: set[str] = set()
+        stack = [value]
+        seen = set()
+        while stack:
+            t = stack.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            n = self.producer.get(t)
+            if n is None:
+                raise PlannerError(f"layer {lid} ({layer.name}): tensor '{t}' has no producer in the model")
+            nodes[id(n)] = n
+            for i in n.input:
+                if not i:
+                    continue
+                if i in self.const:
+                    consts.add(i)
+                    continue
+                r = self.resolve(i)
+                if r in self._roots and r != value:
+                    act[i] = self._roots[r]
+                else:
+                    stack.append(i)
+        ordered = sorted(nodes.values(), key=lambda n: self.order[id(n)])
+        missing = set(layer.inputs) - set(act.values())
+        if missing:
+            raise PlannerError(f"layer {lid} ({layer.name}): input '{sorted(missing)[0]}' not found among its nodes")
+        hit = self._layer_nodes[lid] = LayerNodes(ordered, act, value, consts)
+        return hit
+
+    # -- constants ----------------------------------------------------------------------------
+    def shapes(self) -> dict[str, tuple]:
+        if self._shapes is None:
+            inferred = onnx.shape_inference.infer_shapes(self.model, strict_mode=False)
+            out = {}
+            for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+                tt = vi.type.tensor_type
+                if tt.HasField("shape"):
+                    out[vi.name] = tuple(d.dim_value for d in tt.shape.dim)
+            for t in self.graph.inputs:
+                out[t] = tuple(self.graph.inputs[t])
+            for layer in self.graph.layers:
+                out.setdefault(layer.output, layer.shape)
+            self._shapes = out
+        return self._shapes
+
+    def value(self, t: str) -> np.ndarray:
+        """The value of constant tensor ``t``."""
+        v = self._values.get(t)
+        if v is not None:
+            return v
+        if t in self.initializers:
+            v = numpy_helper.to_array(self.initializers[t])
+        else:
+            n = self.producer.get(t)
+            if n is None or t not in self.const:
+                raise PlannerError(f"tensor '{t}' is not a constant of the model")
+            if n.op_type in ("Shape", "Size"):
+                shape = self.shapes().get(n.input[0])
+                if shape is None:
+                    raise PlannerError(f"node '{n.name}' ({n.op_type}): the shape of '{n.input[0]}' is unknown")
+                if n.op_type == "Size":
+                    v = np.array(int(np.prod(shape)), dtype=np.int64)
+                else:
+                    a = {x.name: x.i for x in n.attribute}
+                    v = np.array(shape[a.get("start", 0):a.get("end", len(shape))], dtype=np.int64)
+            else:
+                from onnx.reference import ReferenceEvaluator
+
+                feeds = {i: self.value(i) for i in n.input if i}
+                outs = ReferenceEvaluator(n, opsets={"": self.opset}).run(None, feeds)
+                for name, val in zip(n.output, outs):
+                    if name:
+                        self._values[name] = np.asarray(val)
+                v = self._values[t]
+        v = np.asarray(v)
+        self._values[t] = v
+        return v
