@@ -70,41 +70,17 @@ def instance_text(model: str, profile_rel: str, ranks: int, bandwidth_mbps: floa
     )
 
 
-def _num(d: dict, *words: str):
-    """The first value of ``d`` whose key holds every word (case-insensitive)."""
-    for k, v in d.items():
-        if all(w in k.lower() for w in words) and isinstance(v, (int, float)):
-            return float(v)
-    return None
-
-
-def stage_rows(per_stage) -> list[dict]:
-    """Flatten the deployment's ``per_stage`` into rows: stage, device, predicted and measured
-    compute and receive (seconds)."""
+def stage_rows(per_stage: list[dict]) -> list[dict]:
+    """One row per stage part of the deployment's ``per_stage``: measured and predicted
+    compute and receive seconds."""
     rows = []
-    items = per_stage if isinstance(per_stage, list) else [
-        dict(v, stage=k) if isinstance(v, dict) else {"stage": k, "value": v} for k, v in per_stage.items()]
-    for i, st in enumerate(items):
-        if not isinstance(st, dict):
-            continue
-        devs = st.get("devices") or st.get("per_device")
-        entries = []
-        if isinstance(devs, dict):
-            entries = [dict(v, device=k) for k, v in devs.items() if isinstance(v, dict)]
-        elif isinstance(devs, list):
-            entries = [v for v in devs if isinstance(v, dict)]
-        else:
-            entries = [st]
-        for e in entries:
+    for st in per_stage:
+        for d in st["devices"]:
             rows.append({
-                "stage": st.get("stage", st.get("index", i)),
-                "layers": st.get("layers") or (f"{st['first']}-{st['last']}" if "first" in st else ""),
-                "axis": st.get("axis", ""),
-                "device": e.get("device", e.get("rank", "")),
-                "pred_compute_s": _num(e, "pred", "comp"),
-                "meas_compute_s": _num(e, "meas", "comp"),
-                "pred_recv_s": _num(e, "pred", "rec"),
-                "meas_recv_s": _num(e, "meas", "rec"),
+                "stage": st["stage"], "layers": f"{st['first']}-{st['last']}", "axis": st["axis"],
+                "device": d["device"], "range": d.get("range"),
+                "pred_compute_s": d.get("predicted_compute_s"), "meas_compute_s": d.get("compute_s"),
+                "pred_recv_s": d.get("predicted_recv_s"), "meas_recv_s": d.get("recv_s"),
             })
     return rows
 
@@ -173,10 +149,14 @@ def main() -> None:
         prof_path = work / "profiles" / f"{model.replace(':', '-')}.yaml"
         t0 = time.perf_counter()
         alone_path = prof_path.with_name(prof_path.stem + "-alone.yaml")
+        settings = ProfileSettings(repeats=args.profile_repeats, warmup=5)
+        context_before = None
         if not (args.reuse_profiles and prof_path.exists() and alone_path.exists()):
-            for path, context in ((prof_path, True), (alone_path, False)):
-                settings = ProfileSettings(repeats=args.profile_repeats, warmup=5, context=context)
-                write_device_file(profile_model(f"zoo:{model}", settings=settings), path)
+            prof = profile_model(f"zoo:{model}", settings=settings)
+            write_device_file(prof, prof_path)
+            context_before = prof.context_total_s
+            alone = ProfileSettings(repeats=args.profile_repeats, warmup=5, context=False)
+            write_device_file(profile_model(f"zoo:{model}", settings=alone), alone_path)
         profile_s = time.perf_counter() - t0
         print(f"{label}: profiled in {profile_s:.1f} s -> {prof_path}", flush=True)
         configs = [(1, bandwidths[0])] + [(2, b) for b in bandwidths]
@@ -204,6 +184,7 @@ def main() -> None:
             meas = float(res["measured_latency_s"])
             row.update({
                 "predicted_s": pred, "measured_s": meas, "error": (pred - meas) / meas,
+                "measured_min_s": min(res.get("latencies_s") or [meas]),
                 "max_abs_err": res.get("max_abs_err"), "ranks_ran": res.get("ranks"),
                 "stages": stage_rows(res.get("per_stage", [])),
                 "raw": {k: v for k, v in res.items() if k not in ("per_stage",)},
@@ -211,6 +192,20 @@ def main() -> None:
             print(f"  {name}: predicted {pred * 1e3:.2f} ms, measured {meas * 1e3:.2f} ms "
                   f"({row['error'] * 100:+.1f} %)", flush=True)
             rows.append(row)
+        # the host's speed can drift while the plans run (other work, a noisy neighbour): measure
+        # the whole model in context again and keep the ratio beside the rows of this model
+        if context_before:
+            from milp_planner.deploy.profile import context_times, load_model_with_weights
+            import numpy as np
+
+            onnx_model, graph = load_model_with_weights(f"zoo:{model}")
+            times, rest = context_times(onnx_model, graph, settings, np.random.default_rng(1))
+            drift = (sum(times.values()) + rest) / context_before
+            for r in rows:
+                if r["ref"] == f"zoo:{model}":
+                    r["context_drift"] = drift
+            print(f"  whole model in context: {context_before * 1e3:.2f} ms before the runs, "
+                  f"x{drift:.2f} after", flush=True)
     info["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     out = {"machine": info, "settings": vars(args), "rows": rows}
     from milp_planner.io import write_atomic
@@ -222,6 +217,10 @@ def main() -> None:
 
 def _ms(x) -> str:
     return "-" if x is None else f"{x * 1e3:.2f}"
+
+
+def _drift(x) -> str:
+    return "-" if x is None else f"x{x:.2f}"
 
 
 def _pct(p, m) -> str:
@@ -250,8 +249,11 @@ def render(out: dict) -> str:
         "",
         "`alone` is the same plan priced with the layers' times run alone (`--no-context`).",
         "",
-        "| model | ranks | Mbps | stages (split) | predicted ms | measured ms | error | alone ms | alone error | max abs err |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+        "`min ms` is the fastest of the runs; `drift` is the whole model's time in context measured again "
+        "after the model's runs, over the time the profile measured.",
+        "",
+        "| model | ranks | Mbps | stages (split) | predicted ms | measured ms | error | min ms | alone ms | alone error | drift | max abs err |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in out["rows"]:
         p = r["plan"]
@@ -259,12 +261,14 @@ def render(out: dict) -> str:
         bw = "-" if r["bandwidth_mbps"] is None else f"{r['bandwidth_mbps']:g}"
         if "measured_s" not in r:
             lines.append(f"| {r['model']} | {r['ranks']} | {bw} | {split} | {_ms(p['predicted_s'])} | "
-                         f"failed: {r.get('error', '?')} | | | | |")
+                         f"failed: {r.get('error', '?')} | | | | | | |")
             continue
         err = r.get("max_abs_err")
         lines.append(f"| {r['model']} | {r['ranks']} | {bw} | {split} | {_ms(r['predicted_s'])} | "
-                     f"{_ms(r['measured_s'])} | {r['error'] * 100:+.1f} % | {_ms(p.get('predicted_alone_s'))} | "
-                     f"{_pct(p.get('predicted_alone_s'), r['measured_s'])} | {'-' if err is None else f'{err:.1e}'} |")
+                     f"{_ms(r['measured_s'])} | {r['error'] * 100:+.1f} % | {_ms(r.get('measured_min_s'))} | "
+                     f"{_ms(p.get('predicted_alone_s'))} | {_pct(p.get('predicted_alone_s'), r['measured_s'])} | "
+                     f"{_drift(r.get('context_drift'))} | "
+                     f"{'-' if err is None else f'{err:.1e}'} |")
     lines += ["", "## Per stage", "",
               "Predicted and measured compute and receive time of every stage part (ms); `error` is the "
               "compute error of the part.", ""]
