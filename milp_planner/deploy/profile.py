@@ -16,7 +16,9 @@ Method (docs/profiles.md, "Profiling this host"):
   deployment runs), default graph optimisations, after ``warmup`` runs; the time is the
   median of ``repeats`` runs, minus the median time of a run of a one-element Identity
   model (the fixed cost of one ``InferenceSession.run`` call, paid once per stage part
-  rather than once per layer).
+  rather than once per layer). The clock is the CPU time of the calling thread (which
+  runs the kernels when there is one intra-op thread), so that other processes sharing
+  the cores do not inflate the table; ``clock='wall'`` times elapsed time instead.
 * Rows: fraction f of a row-splittable layer is ``r = round(f x H)`` output rows from the
   middle of the map: its inputs hold exactly the rows those outputs read (halo included;
   conv and pool pads along H are recomputed for the cut), so the point is at r / H.
@@ -29,8 +31,9 @@ Method (docs/profiles.md, "Profiling this host"):
   onnxruntime fuses some layers (a residual Add into the convolution before it). So the
   whole model is also run once per repeat under onnxruntime's profiler, each kernel is
   assigned to the layer of its node, and each layer's points are scaled so that its
-  whole-layer time is its kernel time in context (the fractions keep the shape measured
-  alone). A layer with no kernel of its own there keeps its time alone.
+  whole-layer time is its share of the kernel time in context times one run of the whole
+  model on the profile's clock (the fractions keep the shape measured alone). A layer with
+  no kernel of its own there keeps its time alone.
 * Points are made non-decreasing in the fraction (a running minimum from the whole layer
   down), so the interpolation never makes a smaller part dearer than a larger one. A cut that cannot be
   built or run is left out and said in ``notes``; a layer that cannot be timed at all is
@@ -72,6 +75,7 @@ class ProfileSettings:
     fractions: tuple[float, ...] = DEFAULT_FRACTIONS
     seed: int = 0
     context: bool = True  # scale each layer's points to its kernel time inside the whole model
+    clock: str = "cpu"  # "cpu": CPU time of the thread that runs the model; "wall": elapsed time
 
 
 @dataclass(frozen=True)
@@ -125,7 +129,7 @@ class HostProfile:
         assumptions = (
             f"onnxruntime, 1 intra-op and 1 inter-op thread, CPUExecutionProvider; each layer cut out "
             f"of the model as its own ONNX model with random inputs; {s.warmup} warm-up runs, median of "
-            f"{s.repeats} runs; requested fractions {', '.join(f'{f:g}' for f in s.fractions)} "
+            f"{s.repeats} runs ({'CPU time of the running thread' if s.clock == 'cpu' else 'wall time'}); requested fractions {', '.join(f'{f:g}' for f in s.fractions)} "
             f"(rows: round(f x H) output rows from the middle of the map, halo included; channels: "
             f"round(f x C) output channels); the fixed cost of one run call "
             f"({self.run_overhead_s * 1e6:.1f} us) is subtracted; points made non-decreasing (a running "
@@ -133,9 +137,9 @@ class HostProfile:
         )
         if self.context_total_s is not None:
             assumptions += (
-                f" Context: each layer's points are scaled so that its whole-layer time is its kernel time "
-                f"inside a run of the whole model (onnxruntime profiling, median of {s.repeats} runs; cold "
-                f"weights, fused neighbours): whole model {self.context_total_s * 1e3:.3f} ms in context, "
+                f" Context: each layer's points are scaled so that its whole-layer time is its share of the "
+                f"kernel time inside a run of the whole model (onnxruntime profiling, median of {s.repeats} "
+                f"runs; cold weights, fused neighbours) times one run of the whole model: whole model {self.context_total_s * 1e3:.3f} ms in context, "
                 f"{self.isolated_total_s * 1e3:.3f} ms as the sum of the layers run alone."
             )
         if self.notes:
@@ -437,8 +441,15 @@ def _feeds(sess, rng: np.random.Generator) -> dict:
     return feeds
 
 
+CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
+
+
 def time_model(model: onnx.ModelProto, settings: ProfileSettings, rng: np.random.Generator) -> tuple[float, tuple]:
-    """Median wall time of one run of ``model`` (warm-up first), and its first output's shape."""
+    """Median time of one run of ``model`` (warm-up first) on ``settings.clock``, and its
+    first output's shape. With one intra-op thread onnxruntime computes in the calling
+    thread, so its CPU time is the run's compute time without the time other processes
+    held the core."""
+    clock = CLOCKS[settings.clock]
     sess = _session(model)
     feeds = _feeds(sess, rng)
     out = None
@@ -446,9 +457,9 @@ def time_model(model: onnx.ModelProto, settings: ProfileSettings, rng: np.random
         out = sess.run(None, feeds)
     times = []
     for _ in range(settings.repeats):
-        t0 = time.perf_counter()
+        t0 = clock()
         out = sess.run(None, feeds)
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     if out is None:
         out = sess.run(None, feeds)
     return statistics.median(times), tuple(out[0].shape)
@@ -461,7 +472,7 @@ def run_overhead(settings: ProfileSettings) -> float:
     g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "overhead", [x], [y])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
-    s = ProfileSettings(repeats=max(settings.repeats, 50), warmup=max(settings.warmup, 5))
+    s = ProfileSettings(repeats=max(settings.repeats, 50), warmup=max(settings.warmup, 5), clock=settings.clock)
     return time_model(m, s, np.random.default_rng(0))[0]
 
 
@@ -610,6 +621,8 @@ def profile_model(ref: str, input_shape=None, settings: ProfileSettings | None =
         raise PlannerError("profile: repeats must be >= 1 and warmup >= 0")
     if not settings.fractions or any(not (0 < f <= 1) for f in settings.fractions):
         raise PlannerError("profile: fractions must be in (0, 1]")
+    if settings.clock not in CLOCKS:
+        raise PlannerError(f"profile: clock must be one of {', '.join(CLOCKS)} (got {settings.clock!r})")
     model, graph = load_model_with_weights(ref, input_shape)
     shape = next(iter(graph.inputs.values()), ())
     try:
@@ -635,6 +648,11 @@ def profile_model(ref: str, input_shape=None, settings: ProfileSettings | None =
     context_total = isolated_total = None
     if settings.context:
         ctx, rest = context_times(model, graph, settings, rng)
+        # the profiler's kernel times are elapsed times: they give each layer's share of a run,
+        # and the run itself is timed on the profile's clock
+        whole_run = max(time_model(model, settings, rng)[0] - overhead, MIN_SECONDS)
+        kernels = sum(ctx.values()) + rest
+        ctx = {name: t / kernels * whole_run for name, t in ctx.items()}
         isolated_total = sum((lp.rows or lp.channels)[-1].seconds for lp in layers)
         for lp in layers:
             t_ctx = ctx.get(lp.name)
@@ -642,7 +660,7 @@ def profile_model(ref: str, input_shape=None, settings: ProfileSettings | None =
             if t_ctx is None or whole <= 0:
                 continue  # fused into a neighbour's kernel in the whole model: its own time stays
             lp.rows, lp.channels = _scaled(lp.rows, t_ctx / whole), _scaled(lp.channels, t_ctx / whole)
-        context_total = sum(ctx.values()) + rest
+        context_total = whole_run
         alone = [lp.name for lp in layers if lp.name not in ctx]
         if alone:
             notes.append(f"{len(alone)} layer(s) have no kernel of their own in the whole model (fused into "

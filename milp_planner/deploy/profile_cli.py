@@ -32,7 +32,7 @@ def cmd_profile(args) -> int:
     from milp_planner.deploy.profile import ProfileSettings, profile_model, write_device_file
 
     settings = ProfileSettings(repeats=args.repeats, warmup=args.warmup, fractions=args.fractions,
-                               context=not args.no_context)
+                               context=not args.no_context, clock=args.clock)
 
     def progress(i: int, n: int, name: str) -> None:
         if not args.quiet and sys.stderr.isatty():
@@ -72,5 +72,8 @@ def add_profile_parser(sub) -> None:
     s.add_argument("--no-context", action="store_true",
                    help="keep each layer's time run alone (default: scaled to its kernel time inside "
                         "a run of the whole model)")
+    s.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                   help="cpu (default): CPU time of the thread running the model, not inflated by other "
+                        "processes on the cores; wall: elapsed time")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress")
     s.set_defaults(func=cmd_profile)
