@@ -70,7 +70,7 @@ def instance_text(model: str, profile_rel: str, ranks: int, bandwidth_mbps: floa
     )
 
 
-def stage_rows(per_stage: list[dict]) -> list[dict]:
+def stage_rows(per_stage: list[dict], alone: dict) -> list[dict]:
     """One row per stage part of the deployment's ``per_stage``: measured and predicted
     compute and receive seconds."""
     rows = []
@@ -81,6 +81,7 @@ def stage_rows(per_stage: list[dict]) -> list[dict]:
                 "device": d["device"], "range": d.get("range"),
                 "pred_compute_s": d.get("predicted_compute_s"), "meas_compute_s": d.get("compute_s"),
                 "pred_recv_s": d.get("predicted_recv_s"), "meas_recv_s": d.get("recv_s"),
+                "alone_compute_s": alone.get(f"{st['stage']}/{d['device']}"),
             })
     return rows
 
@@ -95,7 +96,30 @@ def run_one(inst_path: Path, plan_path: Path, repeat: int, timeout: float) -> di
     with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:
         out_dir = deploy(inst, plan, Path(tmp) / "deploy")
         res = run_deployment(out_dir, repeat=repeat, check=True, emulate_network=True, timeout=timeout)
+        res["parts_alone_s"] = time_parts(out_dir)
     return res
+
+
+def time_parts(out_dir: Path) -> dict:
+    """CPU seconds of each deployed stage sub-model run alone, as the profiler times a layer
+    (one thread, median of 20 runs): ``"STAGE/DEVICE" -> seconds``. This separates how well the
+    table prices the sub-models the plan really runs from what the MPI workers add."""
+    import numpy as np
+    import onnx
+
+    from milp_planner.deploy.profile import ProfileSettings, run_overhead, time_model
+
+    settings = ProfileSettings(repeats=20, warmup=3)
+    overhead = run_overhead(settings)
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    out = {}
+    for st in manifest["stages"]:
+        for part in st["parts"]:
+            if part.get("model"):
+                model = onnx.load(str(out_dir / part["model"]))
+                t = time_model(model, settings, np.random.default_rng(0))[0]
+                out[f"{st['index']}/{part['device']}"] = max(t - overhead, 0.0)
+    return out
 
 
 def plan_for(inst_path: Path, plan_path: Path, time_limit: float) -> dict:
@@ -198,7 +222,7 @@ def main() -> None:
                 "predicted_s": pred, "measured_s": meas, "error": (pred - meas) / meas,
                 "measured_min_s": min(res.get("latencies_s") or [meas]),
                 "max_abs_err": res.get("max_abs_err"), "ranks_ran": res.get("ranks"),
-                "stages": stage_rows(res.get("per_stage", [])),
+                "stages": stage_rows(res.get("per_stage", []), res.get("parts_alone_s", {})),
                 "raw": {k: v for k, v in res.items() if k not in ("per_stage",)},
             })
             print(f"  {name}: predicted {pred * 1e3:.2f} ms, measured {meas * 1e3:.2f} ms "
@@ -244,13 +268,17 @@ def breakdown(r: dict) -> dict:
         pred = (st["pred_compute_s"] or 0.0) + (st["pred_recv_s"] or 0.0)
         cur = by_stage.get(st["stage"])
         if cur is None or meas > cur[0]:
-            by_stage[st["stage"]] = (meas, pred, st["meas_compute_s"] or 0.0, st["pred_compute_s"] or 0.0)
-    for meas, pred, mc, pc in by_stage.values():
+            by_stage[st["stage"]] = (meas, pred, st["meas_compute_s"] or 0.0, st["pred_compute_s"] or 0.0,
+                                     st.get("alone_compute_s") or 0.0)
+    alone = 0.0
+    for meas, pred, mc, pc, al in by_stage.values():
         meas_compute += mc
         pred_compute += pc
+        alone += al
     stages_meas = sum(v[0] for v in by_stage.values())
     gather = (r["raw"].get("gather") or {}).get("measured_s") or 0.0
     return {"stages_s": stages_meas, "compute_meas_s": meas_compute, "compute_pred_s": pred_compute,
+            "compute_alone_s": alone,
             "gather_s": gather, "rest_s": r["measured_s"] - stages_meas - gather}
 
 
@@ -305,13 +333,14 @@ def render(out: dict) -> str:
         "measured just before and just after the model's runs (averaged): the part of a core a "
         "process got while other work ran. `stages` sums, over stages, the measured compute plus "
         "receive of the part that took longest; `compute` the same part's compute alone, beside its "
-        "prediction; `rest` is what the measured latency holds beyond the stages and the gather: the "
+        "prediction, and the same sub-models run alone on the profiler's clock (CPU time, one thread, "
+        "median of 20; `models alone`); `rest` is what the measured latency holds beyond the stages and the gather: the "
         "workers' own work between stages (assembling inputs, storing outputs, MPI calls) and the "
         "time a rank waited for a core. `drift` is the model's CPU time after the runs over before.",
         "",
         "| model | ranks | Mbps | core share | predicted / share ms | error | stages ms | compute meas ms | "
-        "compute pred ms | compute error | gather ms | rest ms | drift |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "compute pred ms | error | models alone ms | pred vs alone | gather ms | rest ms | drift |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in ok:
         b = breakdown(r)
@@ -324,6 +353,7 @@ def render(out: dict) -> str:
             f"| {r['model']} | {r['ranks']} | {bw} | {'-' if share is None else f'{share:.2f}'} | {_ms(adj)} | "
             f"{_pct(adj, r['measured_s'])} | {_ms(b['stages_s'])} | {_ms(b['compute_meas_s'])} | "
             f"{_ms(b['compute_pred_s'])} | {_pct(b['compute_pred_s'], b['compute_meas_s'])} | "
+            f"{_ms(b['compute_alone_s'])} | {_pct(b['compute_pred_s'], b['compute_alone_s'])} | "
             f"{_ms(b['gather_s'])} | {_ms(b['rest_s'])} | {drift} |")
     lines += ["", "## Per stage", "",
               "Predicted and measured compute and receive time of every stage part (ms); `error` is the "
@@ -333,12 +363,13 @@ def render(out: dict) -> str:
     for r in ok:
         bw = "" if r["bandwidth_mbps"] is None else f", {r['bandwidth_mbps']:g} Mbps"
         lines += [f"### {r['model']}, {r['ranks']} rank{'s' if r['ranks'] > 1 else ''}{bw}", "",
-                  "| stage | layers | axis | device | compute pred | compute meas | error | recv pred | recv meas |",
-                  "|---:|---|---|---|---:|---:|---:|---:|---:|"]
+                  "| stage | layers | axis | device | compute pred | compute meas | error | model alone | "
+                  "recv pred | recv meas |",
+                  "|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]
         for st in r["stages"]:
             lines.append(f"| {st['stage']} | {st['layers']} | {st['axis']} | {st['device']} | "
                          f"{_ms(st['pred_compute_s'])} | {_ms(st['meas_compute_s'])} | "
-                         f"{_pct(st['pred_compute_s'], st['meas_compute_s'])} | "
+                         f"{_pct(st['pred_compute_s'], st['meas_compute_s'])} | {_ms(st.get('alone_compute_s'))} | "
                          f"{_ms(st['pred_recv_s'])} | {_ms(st['meas_recv_s'])} |")
         lines.append("")
     return "\n".join(lines) + "\n"

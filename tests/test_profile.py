@@ -250,3 +250,12 @@ def test_cli_bad_model_is_one_line(tmp_path, capsys):
 def test_bad_settings_are_refused():
     with pytest.raises(PlannerError, match="repeats"):
         profile_model("zoo:tiny_chain", settings=ProfileSettings(repeats=0))
+    with pytest.raises(PlannerError, match="clock"):
+        profile_model("zoo:tiny_chain", settings=ProfileSettings(clock="sundial"))
+
+
+def test_both_clocks_time_a_run():
+    model, _ = load_model_with_weights("zoo:tiny_chain")
+    for clock in ("cpu", "wall"):
+        t, shape = time_model(model, ProfileSettings(repeats=3, warmup=1, clock=clock), np.random.default_rng(0))
+        assert 0 < t < 1 and shape == (1, 8, 8, 8)
