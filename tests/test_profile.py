@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -93,13 +91,13 @@ def test_row_cut_computes_the_rows_asked_for_with_their_halo():
     ex = Extractor(onnx.shape_inference.infer_shapes(model))
     conv2 = graph.layers[1]  # 3x3 conv, 32 rows
     sub = ex.extract_model(list(conv2.inputs), [conv2.output])
-    cut = row_cut(sub, graph, conv2, 8)
+    cut = row_cut(sub, conv2, 8)
     x = [vi for vi in cut.graph.input if vi.name == conv2.inputs[0]][0]
     assert x.type.tensor_type.shape.dim[2].dim_value == 10  # 8 rows + a halo row on each side
     _, shape = time_model(cut, FAST, np.random.default_rng(0))
     assert shape == (1, 16, 8, 32)
     pool = graph.layers[2]  # 2x2 max pool, stride 2
-    cut = row_cut(ex.extract_model(list(pool.inputs), [pool.output]), graph, pool, 4)
+    cut = row_cut(ex.extract_model(list(pool.inputs), [pool.output]), pool, 4)
     assert time_model(cut, FAST, np.random.default_rng(0))[1] == (1, 16, 4, 16)
 
 
@@ -108,11 +106,11 @@ def test_channel_cut_of_a_depthwise_conv_with_folded_batch_norm():
     ex = Extractor(onnx.shape_inference.infer_shapes(model))
     dw = next(l for l in graph.layers if l.groups > 1)
     sub = ex.extract_model(list(dw.inputs), [dw.output])
-    cut, c = channel_cut(sub, graph, dw, dw.channels // 4)
+    cut, c = channel_cut(sub, dw, dw.channels // 4)
     assert c == dw.channels // 4
     assert time_model(cut, FAST, np.random.default_rng(0))[1][1] == c
     gemm = next(l for l in graph.layers if l.op == "Gemm")
-    cut, c = channel_cut(ex.extract_model(list(gemm.inputs), [gemm.output]), graph, gemm, 250)
+    cut, c = channel_cut(ex.extract_model(list(gemm.inputs), [gemm.output]), gemm, 250)
     assert time_model(cut, FAST, np.random.default_rng(0))[1] == (1, 250)
 
 

@@ -283,7 +283,7 @@ def _input_shapes(sub: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def row_cut(sub: onnx.ModelProto, graph: LayerGraph, layer: Layer, r: int) -> onnx.ModelProto:
+def row_cut(sub: onnx.ModelProto, layer: Layer, r: int) -> onnx.ModelProto:
     """``sub`` computing ``r`` output rows from the middle of the map, reading only the rows
     (halo included) those rows need. Raises ``ValueError`` where the layer is not cut this way."""
     h_out = layer.rows
@@ -338,7 +338,7 @@ def _channel_axis(node: onnx.NodeProto) -> int:
     return -1  # MatMul: B is [..., K, N]
 
 
-def channel_cut(sub: onnx.ModelProto, graph: LayerGraph, layer: Layer, c: int) -> tuple[onnx.ModelProto, int]:
+def channel_cut(sub: onnx.ModelProto, layer: Layer, c: int) -> tuple[onnx.ModelProto, int]:
     """``sub`` computing the first ``c`` output channels (rounded to whole groups); returns the
     model and the channels it computes. Raises ``ValueError`` where the layer is not cut this way."""
     c_out = layer.channels
@@ -490,7 +490,7 @@ def _monotone(points: list[Point]) -> list[Point]:
     return out[::-1]
 
 
-def profile_layer(sub: onnx.ModelProto, graph: LayerGraph, layer: Layer, settings: ProfileSettings,
+def profile_layer(sub: onnx.ModelProto, layer: Layer, settings: ProfileSettings,
                   overhead: float, rng: np.random.Generator, notes: list[str]) -> LayerProfile:
     """Time one layer's model whole and at the row and channel fractions of ``settings``."""
     lp = LayerProfile(layer.name, layer.op)
@@ -513,9 +513,9 @@ def profile_layer(sub: onnx.ModelProto, graph: LayerGraph, layer: Layer, setting
                 continue
             try:
                 if axis == "rows":
-                    m, got = row_cut(sub, graph, layer, k), k
+                    m, got = row_cut(sub, layer, k), k
                 else:
-                    m, got = channel_cut(sub, graph, layer, k)
+                    m, got = channel_cut(sub, layer, k)
                 if got >= total:
                     continue
                 t, shape = time_model(m, settings, rng)
@@ -640,7 +640,7 @@ def profile_model(ref: str, input_shape=None, settings: ProfileSettings | None =
         try:
             sub = extractor.extract_model(list(layer.inputs), [layer.output])
             sub.ir_version = model.ir_version
-            layers.append(profile_layer(sub, graph, layer, settings, overhead, rng, notes))
+            layers.append(profile_layer(sub, layer, settings, overhead, rng, notes))
         except Exception as e:  # noqa: BLE001 - reported in the file, priced by the fallback rate
             notes.append(f"layer {layer.name} ({layer.op}) not timed ({str(e).splitlines()[0][:100]}); "
                          "priced by macs_per_s.")
