@@ -174,6 +174,12 @@ BAD_PROFILES = [
     ("bad axis", "compute:\n  model: table\n  table: {conv1: {width: [[1, 1.0e-4]]}}\n  macs_per_s: 1.0e9\n",
      "host.yaml: compute.table.conv1.width: unknown key"),
     ("syntax", "compute: {model: table\n", "host.yaml: line"),
+    ("bad power", "compute: {model: linear, macs_per_s: 1.0e9}\npower_w: {compute: -1}\n",
+     "host.yaml: power_w.compute: must be >= 0"),
+    ("bad memory", "compute: {model: linear, macs_per_s: 1.0e9}\nmemory_mb: zero\n",
+     "host.yaml: memory_mb: must be a number"),
+    ("source not text", "compute: {model: linear, macs_per_s: 1.0e9}\nsource: [1]\n",
+     "host.yaml: source: must be text"),
     ("empty", "", "host.yaml: the profile file is empty"),
     ("not a mapping", "- 1\n", "host.yaml: must be a mapping"),
 ]
@@ -185,6 +191,12 @@ def test_bad_profile_file_is_one_line_naming_the_file_and_key(tmp_path, label, t
     with pytest.raises(PlannerError) as e:
         load_instance(_instance_file(tmp_path, "host.yaml"))
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_json_device_file(tmp_path):
+    (tmp_path / "dev.json").write_text('{"compute": {"model": "linear", "macs_per_s": 2.5e9}, "memory_mb": 64}')
+    inst = load_instance(_instance_file(tmp_path, "dev.json"))
+    assert inst.devices[0].compute.macs_per_s == 2500000000 and inst.devices[0].memory_bytes == 64 * 10**6
 
 
 def test_missing_profile_file_names_the_instance_and_key(tmp_path):
