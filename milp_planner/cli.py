@@ -223,8 +223,14 @@ def _add_deploy(sub):
     add_deploy_parsers(sub)  # deploy, run
 
 
+def _add_profile(sub):
+    from milp_planner.deploy.profile_cli import add_profile_parser
+
+    add_profile_parser(sub)
+
+
 # extra subcommands: name -> function(subparsers) that registers them
-COMMANDS = {"report": _add_report, "deploy": _add_deploy}
+COMMANDS = {"report": _add_report, "deploy": _add_deploy, "profile": _add_profile}
 
 
 def build_parser() -> argparse.ArgumentParser:

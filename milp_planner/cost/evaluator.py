@@ -168,18 +168,19 @@ class Pricer:
             u = self._unit[tensor] = tensor_grid(self.graph, tensor)[2] * self.instance.dtype_bytes
         return u
 
-    def layer_time(self, d: int, lid: int, fraction: Fraction) -> float:
-        key = (d, lid, fraction)
+    def layer_time(self, d: int, lid: int, fraction: Fraction, axis: str = "rows") -> float:
+        key = (d, lid, fraction, axis)
         t = self._time.get(key)
         if t is None:
             io, wb = self._io[lid]
-            t = float(layer_time(self.instance.devices[d].compute, self.graph.layers[lid], float(fraction), io, wb))
+            t = float(layer_time(self.instance.devices[d].compute, self.graph.layers[lid], float(fraction), io, wb,
+                                 axis))
             self._time[key] = t
         return t
 
     def compute_time(self, d: int, part: PartGeometry) -> float:
         """Seconds device ``d`` spends computing ``part`` (overheads of touched layers included)."""
-        return sum(self.layer_time(d, lid, f) for lid, f in part.fraction.items())
+        return sum(self.layer_time(d, lid, f, part.axis) for lid, f in part.fraction.items())
 
     def weight_bytes(self, part: PartGeometry, axis: str) -> dict[int, int]:
         """Weight bytes per layer the part touches (a channel part: its share, round half up)."""
@@ -424,11 +425,12 @@ def lower_bound_latency(instance: Instance) -> float:
         total = 0.0
         for layer in instance.graph.layers:
             t_full = pr.layer_time(d, layer.id, Fraction(1))
-            if dev.compute.kind != "table" or layer.name not in dev.compute.table:
+            tables = [dev.compute.points(layer.name, ax) for ax in ("rows", "channels")]
+            if dev.compute.kind != "table" or tables[0] is None:
                 t_full -= float(dev.compute.overhead_s)
             else:
-                # slope bound for measured tables: smallest time per unit of fraction
-                t_full = min(float(t) / float(f) for f, t in dev.compute.table[layer.name] if f > 0)
+                # slope bound for measured tables: smallest time per unit of fraction, either axis
+                t_full = min(float(t) / float(f) for pts in tables for f, t in pts if f > 0)
             total += max(t_full, 0.0)
         if total > 0:
             rate += 1.0 / total

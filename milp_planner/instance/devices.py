@@ -14,6 +14,9 @@ Models:
                interpolated linearly through (0, 0) and extrapolated from the last segment;
                layers missing from the table fall back to ``macs_per_s`` (+ overhead_s)
                when it is given. The overhead is part of the measurement: not added again.
+               A layer may have a second table for channel parts (``channel_table``, from
+               ``{rows: ..., channels: ...}`` in the file): a channel part of that layer is
+               priced from it, every other part from ``table``.
 A part that computes nothing of a layer (fraction 0) costs nothing, not even the overhead.
 """
 
@@ -36,6 +39,14 @@ class CostModel:
     mem_bytes_per_s: Fraction | None = None
     # layer name -> ((fraction, seconds), ...) ascending in fraction
     table: Mapping[str, tuple[tuple[Fraction, Fraction], ...]] = field(default_factory=dict)
+    # the same for channel parts, where measured apart (rows and channels scale differently)
+    channel_table: Mapping[str, tuple[tuple[Fraction, Fraction], ...]] = field(default_factory=dict)
+
+    def points(self, name: str, axis: str = "rows"):
+        """The measured points that price ``axis`` parts of layer ``name`` (None: not in the table)."""
+        if axis == "channels" and name in self.channel_table:
+            return self.channel_table[name]
+        return self.table.get(name)
 
 
 @dataclass(frozen=True)
@@ -55,18 +66,22 @@ class Device:
     profile: str | None = None
 
 
-def layer_time(model: CostModel, layer: Layer, fraction, io_bytes: int = 0, weight_bytes: int = 0):
+def layer_time(model: CostModel, layer: Layer, fraction, io_bytes: int = 0, weight_bytes: int = 0,
+               axis: str = "rows"):
     """Seconds ``model`` takes to compute ``fraction`` (0..1) of ``layer``.
 
     ``io_bytes`` (input + output activation bytes) and ``weight_bytes`` are used by the
-    roofline model only. The result is a Fraction when ``fraction`` is one, else a float.
+    roofline model only; ``axis`` (``channels`` for a channel part) by a ``table`` model that
+    has a channel table for the layer. The result is a Fraction when ``fraction`` is one,
+    else a float.
     """
     if fraction <= 0:
         return fraction * 0
     exact = isinstance(fraction, Fraction)
     num = (lambda x: x) if exact else float
-    if model.kind == "table" and layer.name in model.table:
-        return _interpolate(model.table[layer.name], fraction, num)
+    points = model.points(layer.name, axis) if model.kind == "table" else None
+    if points is not None:
+        return _interpolate(points, fraction, num)
     if model.macs_per_s is None:
         raise ValueError(f"device cost model has no entry for layer {layer.name!r}")
     per_whole = num(layer.work) / num(model.macs_per_s)

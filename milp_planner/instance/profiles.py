@@ -1,7 +1,9 @@
 """Built-in device profiles: defaults for a device entry of an instance file.
 
 A device that says ``profile: NAME`` starts from ``PROFILES[NAME]``; the keys it writes
-itself override the profile's (``compute`` and ``power_w`` merge key by key). Every profile
+itself override the profile's (``compute`` and ``power_w`` merge key by key). ``profile:``
+may also name a device file (``host.yaml``, relative to the instance file), such as one
+written by ``milp-planner profile``: the same merge applies to its content. Every profile
 is a dict in the instance-file device schema (``compute``, ``memory_mb``, ``power_w``) plus
 two free-text keys, ``source`` (where the numbers come from) and ``assumptions`` (what was
 assumed: precision, utilisation, per-layer overhead, power), which the loader ignores.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import copy
 from fractions import Fraction
+from pathlib import Path
 
 from milp_planner.errors import PlannerError
 
@@ -238,6 +241,25 @@ PROFILES: dict[str, dict] = {
     "gemmini-100mhz": _gemmini(100, "2.5"),
     "gemmini-500mhz": _gemmini(500, "3.0"),
 }
+
+
+# A device file written by ``milp-planner profile`` (or by hand): a device entry without a name.
+PROFILE_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+PROFILE_FILE_KEYS = ("compute", "memory_mb", "power_w", "source", "assumptions")
+
+
+def is_profile_file(name: str) -> bool:
+    """Whether ``profile: name`` names a device file rather than a built-in profile."""
+    return name.lower().endswith(PROFILE_FILE_SUFFIXES) or "/" in name or "\\" in name
+
+
+def resolve_profile_file(name: str, base_dir: Path | None) -> Path:
+    """The device file ``name`` (``~`` expanded; relative to ``base_dir``, the instance file's
+    folder, or to the working directory without one)."""
+    path = Path(name).expanduser()
+    if not path.is_absolute() and base_dir is not None:
+        path = Path(base_dir) / path
+    return path.resolve()
 
 
 def profile(name: str) -> dict:

@@ -36,7 +36,7 @@ from milp_planner.io import read_text_bounded
 from milp_planner.model.graph import LayerGraph
 from milp_planner.instance.types import AXES, OBJECTIVES, Constraints, Instance, SearchSpace
 from milp_planner.instance.network import MEDIA, Endpoint, Network
-from milp_planner.instance.profiles import PROFILES
+from milp_planner.instance.profiles import PROFILE_FILE_KEYS, PROFILES, is_profile_file, resolve_profile_file
 from milp_planner.model.loading import DEFAULT_DTYPE_BYTES, INSTANCE_SUFFIXES, load_graph
 
 BYTES_PER_MBIT = 125_000  # 10^6 bits / 8
@@ -284,8 +284,10 @@ def parse_text(text: str, source: str, kind: str) -> Any:
 class _Ctx:
     """The file label used in every message."""
 
-    def __init__(self, source: str):
+    def __init__(self, source: str, base_dir: Path | None = None):
         self.source = source
+        self.base_dir = base_dir  # where relative profile files are found
+        self.profile_files: dict[Path, tuple[dict, "_Ctx"]] = {}  # read once per instance
 
     def fail(self, key: str, reason: str) -> PlannerError:
         where = f"{key}: " if key else ""
@@ -410,15 +412,43 @@ def _input_shape(ctx: _Ctx, key: str, value: Any) -> tuple[int, ...]:
     return tuple(dims)
 
 
+def _profile_file(ctx: _Ctx, key: str, name: str) -> tuple[dict, _Ctx]:
+    """A device file named by ``profile:`` (relative to the instance file), read and checked
+    for structure; its own context labels errors in its values with its path."""
+    path = resolve_profile_file(name, ctx.base_dir)
+    hit = ctx.profile_files.get(path)
+    if hit is not None:
+        return hit
+    if not path.is_file():
+        raise ctx.fail(f"{key}.profile", f"no such profile file {name!r} ({path})")
+    text = read_text_bounded(path, "a profile file")
+    fctx = _Ctx(str(path), path.parent)
+    data = parse_text(text, str(path), "json" if path.suffix.lower() == ".json" else "yaml")
+    if data is None:
+        raise fctx.fail("", "the profile file is empty (needs a device entry: compute, ...)")
+    data = _mapping(fctx, "", data)
+    _check_keys(fctx, "", data, PROFILE_FILE_KEYS)
+    for k in PROFILE_INFO_KEYS:
+        if k in data and not isinstance(data[k], str):
+            raise fctx.fail(k, f"must be text (got {_show(data[k])})")
+    ctx.profile_files[path] = (data, fctx)
+    return data, fctx
+
+
 def _merge_profile(ctx: _Ctx, key: str, raw: dict) -> tuple[dict, str | None]:
     """The device entry with its profile's defaults filled in (explicit keys win)."""
     name = raw.get("profile")
     if name is None:
         return dict(raw), None
-    if not isinstance(name, str) or name not in PROFILES:
+    if isinstance(name, str) and name not in PROFILES and is_profile_file(name):
+        source = _profile_file(ctx, key, name)[0]
+    elif not isinstance(name, str) or name not in PROFILES:
         known = ", ".join(sorted(PROFILES)[:6])
-        raise ctx.fail(f"{key}.profile", f"unknown profile {_show(name)} (known: {known}, ...)")
-    base = {k: v for k, v in PROFILES[name].items() if k not in PROFILE_INFO_KEYS}
+        raise ctx.fail(f"{key}.profile", f"unknown profile {_show(name)} (known: {known}, ..., "
+                                         "or a device file such as host.yaml)")
+    else:
+        source = PROFILES[name]
+    base = {k: v for k, v in source.items() if k not in PROFILE_INFO_KEYS}
     merged = dict(base)
     for k, v in raw.items():
         if k in ("compute", "power_w") and isinstance(v, dict) and isinstance(base.get(k), dict):
@@ -431,6 +461,8 @@ def _merge_profile(ctx: _Ctx, key: str, raw: dict) -> tuple[dict, str | None]:
                 if v["model"] != "roofline":
                     sub.pop("mem_bytes_per_s", None)
                     sub.pop("mem_gbps", None)
+                if v["model"] != "table":
+                    sub.pop("table", None)
             sub.update(v)
             merged[k] = sub
         else:
@@ -438,12 +470,38 @@ def _merge_profile(ctx: _Ctx, key: str, raw: dict) -> tuple[dict, str | None]:
     return merged, name
 
 
-def _table(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> dict:
+TABLE_AXES = ("rows", "channels")
+
+
+def _points(ctx: _Ctx, k: str, entry: Any) -> tuple[tuple[Fraction, Fraction], ...]:
+    if _is_number(entry) or isinstance(entry, BadNumber):
+        return ((Fraction(1), _number(ctx, k, entry, nonneg=True)),)
+    if not isinstance(entry, list) or not entry:
+        raise ctx.fail(k, f"must be seconds or a list of [fraction, seconds] (got {_show(entry)})")
+    points: list[tuple[Fraction, Fraction]] = []
+    for i, pt in enumerate(entry):
+        kp = f"{k}[{i}]"
+        if not isinstance(pt, list) or len(pt) != 2:
+            raise ctx.fail(kp, f"must be a pair [fraction, seconds] (got {_show(pt)})")
+        f = _number(ctx, f"{kp}[0]", pt[0], positive=True)
+        if f > 1:
+            raise ctx.fail(f"{kp}[0]", f"fraction must be <= 1 (got {_show(pt[0])})")
+        t = _number(ctx, f"{kp}[1]", pt[1], nonneg=True)
+        if points and f <= points[-1][0]:
+            raise ctx.fail(f"{kp}[0]", "fractions must be strictly ascending")
+        points.append((f, t))
+    return tuple(points)
+
+
+def _table(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> tuple[dict, dict]:
+    """(table, channel_table): an entry is seconds, a list of [fraction, seconds], or
+    ``{rows: POINTS, channels: POINTS}`` (either key alone is the layer's one table)."""
     table = _mapping(ctx, key, value)
     if not table:
         raise ctx.fail(key, "must not be empty")
     names = {layer.name for layer in graph.layers}
     out: dict[str, tuple[tuple[Fraction, Fraction], ...]] = {}
+    chans: dict[str, tuple[tuple[Fraction, Fraction], ...]] = {}
     for lname, entry in table.items():
         if isinstance(lname, int) and not isinstance(lname, bool):
             lname = str(lname)  # a layer named "12" written as a bare YAML key
@@ -451,25 +509,17 @@ def _table(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> dict:
         if not isinstance(lname, str) or lname not in names:
             some = ", ".join(layer.name for layer in graph.layers[:4])
             raise ctx.fail(k, f"no layer named {_show(lname)} in the model (layers: {some}, ...)")
-        if _is_number(entry) or isinstance(entry, BadNumber):
-            out[lname] = ((Fraction(1), _number(ctx, k, entry, nonneg=True)),)
+        if isinstance(entry, dict):
+            _check_keys(ctx, k, entry, TABLE_AXES)
+            if not entry:
+                raise ctx.fail(k, "must give rows, channels or both")
+            per = {ax: _points(ctx, f"{k}.{ax}", entry[ax]) for ax in TABLE_AXES if ax in entry}
+            out[lname] = per.get("rows", per.get("channels"))
+            if "rows" in per and "channels" in per:
+                chans[lname] = per["channels"]
             continue
-        if not isinstance(entry, list) or not entry:
-            raise ctx.fail(k, f"must be seconds or a list of [fraction, seconds] (got {_show(entry)})")
-        points: list[tuple[Fraction, Fraction]] = []
-        for i, pt in enumerate(entry):
-            kp = f"{k}[{i}]"
-            if not isinstance(pt, list) or len(pt) != 2:
-                raise ctx.fail(kp, f"must be a pair [fraction, seconds] (got {_show(pt)})")
-            f = _number(ctx, f"{kp}[0]", pt[0], positive=True)
-            if f > 1:
-                raise ctx.fail(f"{kp}[0]", f"fraction must be <= 1 (got {_show(pt[0])})")
-            t = _number(ctx, f"{kp}[1]", pt[1], nonneg=True)
-            if points and f <= points[-1][0]:
-                raise ctx.fail(f"{kp}[0]", "fractions must be strictly ascending")
-            points.append((f, t))
-        out[lname] = tuple(points)
-    return out
+        out[lname] = _points(ctx, k, entry)
+    return out, chans
 
 
 def _compute(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> CostModel:
@@ -489,10 +539,11 @@ def _compute(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> CostModel:
     elif c.get("mem_gbps") is not None:
         mem = _number(ctx, f"{key}.mem_gbps", c["mem_gbps"], positive=True) * 10**9
     table: dict = {}
+    chans: dict = {}
     if c.get("table") is not None:
         if kind != "table":
             raise ctx.fail(f"{key}.table", f"only read by model: table (this device's model is {kind})")
-        table = _table(ctx, f"{key}.table", c["table"], graph)
+        table, chans = _table(ctx, f"{key}.table", c["table"], graph)
     if kind in ("linear", "roofline") and macs is None:
         raise ctx.fail(f"{key}.macs_per_s", f"required by model: {kind}")
     if kind == "roofline" and mem is None:
@@ -505,7 +556,8 @@ def _compute(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> CostModel:
                 if layer.name not in table:
                     raise ctx.fail(f"{key}.table", f"has no entry for layer {layer.name!r} "
                                                    "(give every layer, or macs_per_s as a fallback)")
-    return CostModel(kind=kind, macs_per_s=macs, overhead_s=overhead, mem_bytes_per_s=mem, table=table)
+    return CostModel(kind=kind, macs_per_s=macs, overhead_s=overhead, mem_bytes_per_s=mem, table=table,
+                     channel_table=chans)
 
 
 def _power(ctx: _Ctx, key: str, value: Any) -> Power:
@@ -527,6 +579,13 @@ def _device(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> Device:
         raise ctx.fail(f"{key}.name", "required")
     name = _string(ctx, f"{key}.name", raw["name"])
     merged, prof = _merge_profile(ctx, key, raw)
+    if prof is not None and prof not in PROFILES:  # a device file: its own values name its path
+        data, fctx = _profile_file(ctx, key, prof)
+        if "compute" in data:
+            _compute(fctx, "compute", data["compute"], graph)
+        if data.get("memory_mb") is not None:
+            _number(fctx, "memory_mb", data["memory_mb"], positive=True)
+        _power(fctx, "power_w", data.get("power_w"))
     if "compute" not in merged:
         raise ctx.fail(f"{key}.compute", "required (or a profile)")
     compute = _compute(ctx, f"{key}.compute", merged["compute"], graph)
@@ -676,7 +735,7 @@ def instance_from_dict(data: Any, source: str, base_dir: Path | None = None, inp
     relative model path. ``input_shape`` overrides the file's. With ``graph`` given the model
     is not loaded (and the ``model`` key may be absent).
     """
-    ctx = _Ctx(source)
+    ctx = _Ctx(source, base_dir)
     if data is None:
         raise ctx.fail("", "the file is empty (needs at least model and devices)")
     top = _mapping(ctx, "", data)
@@ -722,7 +781,7 @@ def instance_from_dict(data: Any, source: str, base_dir: Path | None = None, inp
         seen[nm] = i
         prof = dm.get("profile")
         if prof is not None and (not isinstance(prof, str) or prof not in PROFILES):
-            _merge_profile(ctx, f"devices[{i}]", dm)  # raises the unknown-profile error
+            _merge_profile(ctx, f"devices[{i}]", dm)  # unknown profile, or a bad profile file
     names = list(seen)
 
     network = _network(ctx, top.get("network"), names)

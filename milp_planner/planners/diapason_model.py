@@ -414,7 +414,7 @@ def build_relaxation(instance: Instance, torch, objective: str = "latency", unit
         for j in range(p.n_sub):
             f = p.fraction[j]
             for d in range(n_dev):
-                t = pr.layer_time(d, p.layer, f) if f > 0 else 0.0
+                t = pr.layer_time(d, p.layer, f, "channels" if p.axis == "channels" else "rows") if f > 0 else 0.0
                 c_sub[p.index][j][d] = (pw[d][0] * t if energy else t) * scale
             # (12) input: graph inputs read by this sublayer come from the source
             for t_name, need in p.needs[j].items():

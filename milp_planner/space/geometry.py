@@ -72,6 +72,7 @@ class PartGeometry:
     fraction: dict[int, Fraction] = field(default_factory=dict)  # layer id -> share computed
     needs: dict[str, Region] = field(default_factory=dict)  # external tensor -> region read
     owns: dict[str, Region] = field(default_factory=dict)  # exit tensor -> region owned
+    axis: str = "rows"  # "channels" for a channel part (a table cost model may price it apart)
 
 
 class StageGeometry:
@@ -182,7 +183,7 @@ class StageGeometry:
         layer = g.layers[lid]
         c_out = layer.channels
         c0, c1 = rng if rng is not None else (0, c_out)
-        part = PartGeometry()
+        part = PartGeometry(axis="channels")
         if c0 >= c1:
             if layer.output in self.exit_tensors(lid, lid):
                 part.owns[layer.output] = NOTHING
