@@ -72,9 +72,12 @@ def stage_options(instance: Instance, first: int, last: int, deadline: float | N
     n_dev = len(instance.devices)
     layouts = list(_layouts(instance, first, last, deadline))
     _check_count(instance, first, last, layouts, max_options)
-    return [StageOption(first, last, axis, ranges, assign)
-            for axis, ranges in layouts
-            for assign in permutations(range(n_dev), len(ranges))]
+    out = []
+    for axis, ranges in layouts:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeoutError("the time limit ran out while listing the stage options")
+        out.extend(StageOption(first, last, axis, ranges, assign) for assign in permutations(range(n_dev), len(ranges)))
+    return out
 
 
 def _check_count(instance: Instance, first: int, last: int, layouts: list, max_options: int | None) -> None:

@@ -244,7 +244,7 @@ class BruteForcePlanner(ExactPlanner):
         if seen < total:
             what = "the best of them" if plan is not None else "none of them is feasible"
             return PlanResult(self.name, "timeout", obj, plan=plan, info=info,
-                              message=f"the time limit stopped the enumeration after {seen} of {total} plans; "
+                              message=f"the time limit stopped the enumeration after {seen} of {_amount(total)} plans; "
                                       f"this is {what}; bruteforce proves no bound before it has seen every plan")
         if plan is None:
             return PlanResult(self.name, "infeasible", obj, info=info,
@@ -258,6 +258,11 @@ def _stage_tuple(o) -> tuple:
     if o.axis != "none":
         parts.sort(key=lambda x: x[1])
     return (o.first, o.last, o.axis, parts)
+
+
+def _amount(count: int) -> str:
+    """A plan count for a message: digits grouped, or 3 significant digits when huge."""
+    return f"{count:,}" if count < 10**12 else f"{float(count):.3g}"
 
 
 def _plan_count(options: dict, n: int, fl: int) -> int:
