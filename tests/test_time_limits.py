@@ -7,7 +7,6 @@ devices, where several planners would otherwise run for minutes.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import time
