@@ -124,7 +124,8 @@ class Fixing:
 
 
 def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndarray, usable: np.ndarray,
-                   W: np.ndarray, K: np.ndarray, base: np.ndarray, term: np.ndarray, pa: PathArrays):
+                   W: np.ndarray, K: np.ndarray, base: np.ndarray, term: np.ndarray, pa: PathArrays,
+                   deadline: float | None = None):
     """Prices for the memory rows (``lam``) and working-set rows (``nu``) of the path-flow LP,
     by HiGHS: ``([(lam, nu)], False)`` with its optimal duals (their Lagrangian bound is the LP
     bound), or whatever duals it has (zeros if none) when it stops otherwise. When HiGHS finds
@@ -197,6 +198,8 @@ def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndar
     lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = start, rows, vals
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
+    if deadline is not None:  # stopped early, its duals are still multipliers: the bounds they prove hold
+        h.setOptionValue("time_limit", max(0.1, deadline - time.perf_counter()))
     h.passModel(lp)
     try:
         h.run()
@@ -231,7 +234,7 @@ def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndar
 
 def lagrangian_fixing(sg: StageGraph, objective: str, caps: list[int | None],
                       arrays: PathArrays | None = None, prior: Fixing | None = None,
-                      upper: float = math.inf) -> Fixing:
+                      upper: float = math.inf, deadline: float | None = None) -> Fixing:
     """The LP's multipliers, the bound they prove on the graph and on every arc.
 
     ``caps`` per device (None: uncapped). Arcs that alone overflow a cap get an infinite
@@ -239,6 +242,8 @@ def lagrangian_fixing(sg: StageGraph, objective: str, caps: list[int | None],
     ``prior`` (the fixing of an earlier graph of the same instance) with a finite ``upper``:
     its multipliers first drop the arcs no plan within ``upper`` can use, and the LP runs on
     the rest; the bounds then hold for plans no worse than ``upper`` (``Fixing.within``).
+    ``deadline`` (a ``time.perf_counter()`` value) stops the LP: any nonnegative multipliers
+    prove valid (weaker) bounds.
     """
     pa = arrays or PathArrays(sg)
     devs, cap, W, K, usable = cap_arrays(sg, caps)
@@ -260,7 +265,8 @@ def lagrangian_fixing(sg: StageGraph, objective: str, caps: list[int | None],
         within = upper
     lam, nu = np.zeros(k), np.zeros((n_layers, k))
     if k:
-        candidates, infeasible = lp_multipliers(sg, objective, devs, cap, usable, W, K, base, term, pa)
+        candidates, infeasible = lp_multipliers(sg, objective, devs, cap, usable, W, K, base, term, pa,
+                                                deadline=deadline)
         if infeasible:
             # proven only if the ray's prices make every path within reach pay more than
             # nothing for the caps alone (costs left out): then no path meets them

@@ -4,6 +4,7 @@ and energy caps against the fastest and least-energy plans."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from formulations.dp import shortest_path
@@ -12,12 +13,13 @@ from formulations.stagegraph import StageGraph, build_stage_graph
 from milp_planner.errors import PlannerError
 
 
-def explain_infeasible(sg: StageGraph) -> str:
-    """Why no plan of the space is feasible, in terms a user can act on."""
+def explain_infeasible(sg: StageGraph, deadline: float | None = None) -> str:
+    """Why no plan of the space is feasible, in terms a user can act on; it stops looking
+    (and says less) past ``deadline``, a ``time.perf_counter()`` value."""
     inst = sg.instance
     if sg.upper is not None or any(c is not None for c in (d.memory_bytes for d in inst.devices)):
         try:  # the whole space, arcs that overflow a cap included: they say what would fit
-            sg = build_stage_graph(inst, max_arcs=1_000_000)
+            sg = build_stage_graph(inst, max_arcs=1_000_000, deadline=deadline)
         except (PlannerError, TimeoutError):
             pass
     msgs = []
@@ -43,7 +45,7 @@ def explain_infeasible(sg: StageGraph) -> str:
                             f"{need / 1e6:.3f} MB on {inst.devices[d].name}, which has {caps[d] / 1e6:.3f} MB")
                 break
         if not msgs:
-            ratio, need = least_memory(sg)
+            ratio, need = least_memory(sg, deadline)
             if ratio is not None and ratio > 1.0:
                 parts = ", ".join(f"{inst.devices[d].name} {b / 1e6:.3f} MB (has {caps[d] / 1e6:.3f} MB)"
                                   for d, b in need.items() if caps[d] and b > caps[d])
@@ -64,7 +66,7 @@ def explain_infeasible(sg: StageGraph) -> str:
     return "; ".join(msgs)
 
 
-def least_memory(sg: StageGraph):
+def least_memory(sg: StageGraph, deadline: float | None = None):
     """Smallest factor s such that some plan fits every device in s x its cap, and that plan's needs."""
     from ortools.sat.python import cp_model
 
@@ -87,7 +89,10 @@ def least_memory(sg: StageGraph):
         m.Add(cm.memory[d] * scale <= ratio * cap)
     m.Minimize(ratio)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = 20.0
+    left = 20.0 if deadline is None else deadline - time.perf_counter()
+    if left <= 0:
+        return None, {}
+    solver.parameters.max_time_in_seconds = min(20.0, left)
     solver.parameters.num_workers = 1
     st = solver.Solve(m)
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -54,7 +54,8 @@ def solve_highs(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, solver_nam
     obj = ctx.objective
     cut = cutoff(sg, obj, ws)
     keep = pruned_arcs(sg, obj, cut, ws.fixing, ws.support) if fix_arcs else None
-    ctx.report(phase="model", incumbent=ws.incumbent, bound=ws.bound, force=True)
+    ctx.report(phase=f"MILP ({solver_name}) on {len(keep) if keep is not None else len(sg.arcs):,} arcs",
+               incumbent=ws.incumbent, bound=ws.bound, force=True)
     if keep is not None and not set(sg.out_arcs[sg.source]) & set(keep):  # nothing within the cutoff
         return GraphSolve([], None, None, False, infeasible=True, cutoff=cut, info={"model_arcs": 0})
     m = build_milp(sg, obj, arcs=keep)
@@ -108,6 +109,8 @@ def solve_cpsat(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, fix_arcs: 
     keep = pruned_arcs(sg, obj, cut, ws.fixing, ws.support) if fix_arcs else None
     if keep is not None and not set(sg.out_arcs[sg.source]) & set(keep):  # nothing within the cutoff
         return GraphSolve([], None, None, False, infeasible=True, cutoff=cut, info={"model_arcs": 0})
+    ctx.report(phase=f"CP-SAT on {len(keep) if keep is not None else len(sg.arcs):,} arcs",
+               incumbent=ws.incumbent, bound=ws.bound, force=True)
     cm = build_cpsat(sg, obj, arcs=keep)
     if cut is not None:
         cm.model.Add(getattr(cm, obj) <= math.ceil(loose(cut) * cm.scale + (cm.n_layers + 1) * 0.5))
@@ -125,7 +128,8 @@ def solve_cpsat(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, fix_arcs: 
 
     class Progress(cp_model.CpSolverSolutionCallback):
         def on_solution_callback(self):
-            ctx.report(incumbent=self.ObjectiveValue() / cm.scale, bound=self.BestObjectiveBound() / cm.scale)
+            ctx.report(phase="CP-SAT found a plan", incumbent=self.ObjectiveValue() / cm.scale,
+                       bound=self.BestObjectiveBound() / cm.scale)
 
     status = solver.Solve(cm.model, Progress())
     info = {"model_arcs": len(cm.x), "status": solver.StatusName(status), "tolerance": cm.tolerance}

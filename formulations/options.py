@@ -8,6 +8,7 @@ of every device assignment as an array, so the enumeration and the bounds price 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from itertools import permutations
 from math import perm
@@ -43,7 +44,7 @@ class StageOption:
                      tuple(Part(names[d], r) for d, r in zip(self.devices, self.ranges)))
 
 
-def _layouts(instance: Instance, first: int, last: int):
+def _layouts(instance: Instance, first: int, last: int, deadline: float | None = None):
     """(axis, ranges) of every part layout of stage first..last in the search space."""
     g = instance.graph
     sp = instance.search
@@ -58,16 +59,36 @@ def _layouts(instance: Instance, first: int, last: int):
     for axis in axes:
         n = stage_extent(instance, last, axis)
         for k in range(2, kmax + 1):
-            for cuts in cut_vectors(instance, n, k):
+            for cuts in cut_vectors(instance, n, k, deadline):
                 yield axis, tuple(ranges_from_cuts(cuts, n))
 
 
-def stage_options(instance: Instance, first: int, last: int) -> list[StageOption]:
-    """Every stage option on layers first..last inside the instance's search space."""
-    devs = range(len(instance.devices))
-    return [StageOption(first, last, axis, ranges, assign)
-            for axis, ranges in _layouts(instance, first, last)
-            for assign in permutations(devs, len(ranges))]
+def stage_options(instance: Instance, first: int, last: int, deadline: float | None = None,
+                  max_options: int | None = None) -> list[StageOption]:
+    """Every stage option on layers first..last inside the instance's search space.
+
+    Raises ``SpaceTooLarge`` above ``max_options`` options and ``TimeoutError`` past
+    ``deadline`` (a ``time.perf_counter()`` value)."""
+    n_dev = len(instance.devices)
+    layouts = list(_layouts(instance, first, last, deadline))
+    _check_count(instance, first, last, layouts, max_options)
+    out = []
+    for axis, ranges in layouts:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeoutError("the time limit ran out while listing the stage options")
+        out.extend(StageOption(first, last, axis, ranges, assign) for assign in permutations(range(n_dev), len(ranges)))
+    return out
+
+
+def _check_count(instance: Instance, first: int, last: int, layouts: list, max_options: int | None) -> None:
+    if max_options is None:
+        return
+    n_dev = len(instance.devices)
+    count = sum(perm(n_dev, len(ranges)) for _, ranges in layouts)
+    if count > max_options:
+        raise SpaceTooLarge(
+            f"{instance.name}: stage {first}..{last} alone has {count} options (layouts x device "
+            f"orders, more than {max_options}); reduce search.max_parts or splits, or use a heuristic planner")
 
 
 @dataclass
@@ -89,20 +110,18 @@ class StageGroup:
 
 
 def stage_groups(instance: Instance, pr: Pricer, first: int, last: int,
-                 max_options: int | None = None) -> list[StageGroup]:
+                 max_options: int | None = None, deadline: float | None = None) -> list[StageGroup]:
     """The options of stage first..last, grouped by layout, with their prices.
 
-    Raises ``SpaceTooLarge`` when the stage has more than ``max_options`` options."""
+    Raises ``SpaceTooLarge`` when the stage has more than ``max_options`` options and
+    ``TimeoutError`` past ``deadline``."""
     n_dev = len(instance.devices)
-    layouts = list(_layouts(instance, first, last))
-    if max_options is not None:
-        count = sum(perm(n_dev, len(ranges)) for _, ranges in layouts)
-        if count > max_options:
-            raise SpaceTooLarge(
-                f"{instance.name}: stage {first}..{last} alone has {count} options (layouts x device "
-                f"orders); reduce search.max_parts or splits, or use a heuristic planner")
+    layouts = list(_layouts(instance, first, last, deadline))
+    _check_count(instance, first, last, layouts, max_options)
     out = []
     for axis, ranges in layouts:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeoutError("the time limit ran out while pricing the stage options")
         geos = pr.geometry.parts(first, last, axis, list(ranges))
         k = len(ranges)
         perms = list(permutations(range(n_dev), k))

@@ -38,7 +38,7 @@ from milp_planner.cost.evaluator import Pricer, pricer
 from milp_planner.model.graph import last_readers
 from milp_planner.instance import Instance
 
-from formulations.options import StageGroup, stage_groups
+from formulations.options import SpaceTooLarge, StageGroup, stage_groups
 
 
 @dataclass
@@ -165,7 +165,7 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
         keys = list(lb.classes[b])
         for e in range(b, min(n, b + fl)):
             _check(deadline)
-            groups = stage_groups(instance, pr, b, e, max_options)
+            groups = stage_groups(instance, pr, b, e, max_options, deadline)
             exits: dict[tuple, int] = {}
             heads, gidx, pidx = [], [], []
             for gi, grp in enumerate(groups):
@@ -211,11 +211,13 @@ class _FloorCost:
 
     CHUNK = 1024  # read layouts priced at once
     MAX_PAIRWISE = 5e7  # largest (options of an exit)^2 x values compared for dominance
+    MAX_ELEMENTS = 3e7  # largest array of received seconds (layouts x regions x devices x options)
 
     def __init__(self, instance: Instance, objective: str):
         if objective not in ("latency", "energy", "period", "memory"):
             raise ValueError(f"unknown objective {objective!r}")
         self.objective = objective
+        self.name = instance.name
         self.n_dev = len(instance.devices)
         self.shared = instance.network.medium == "shared"
         self.pc = np.array([float(d.power.compute_w) for d in instance.devices])
@@ -311,6 +313,12 @@ class _FloorCost:
         from each layout, claiming the one region that saves it most and receiving the rest
         over its fastest incoming link with the smallest message latency."""
         rmax = max(len(r) for r in layouts)
+        size = len(layouts) * rmax * self.n_dev * need.shape[0] * need.shape[1]
+        if size > self.MAX_ELEMENTS:
+            raise SpaceTooLarge(
+                f"{self.name}: bounding the plan space needs {size:.3g} values for tensor {t} ({len(layouts)} "
+                f"layouts x {need.shape[0]} part layouts x {self.n_dev} devices), more than {self.MAX_ELEMENTS:.0e}; "
+                "reduce search.splits or max_parts, or use a heuristic planner")
         own = np.zeros((len(layouts), rmax, 4), dtype=np.int64)  # r0, r1, c0, c1 (padding is empty)
         for a, rr in enumerate(layouts):
             for i, reg in enumerate(rr):

@@ -93,7 +93,8 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
 
     while True:
         rounds += 1
-        ctx.report(phase=f"space within {upper:.6g}" if math.isfinite(upper) else "space", bound=lower, force=True)
+        ctx.report(phase=f"round {rounds}", within=upper if math.isfinite(upper) else None,
+                   incumbent=best.found.value if best else None, bound=lower, force=True)
         cap = max_arcs if not math.isfinite(upper) else min(max_arcs, max(budget, 4 * prev_arcs))
         try:
             sg = build_stage_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),

@@ -251,7 +251,7 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
             if deadline is not None and time.perf_counter() > deadline:
                 raise TimeoutError("stage graph enumeration exceeded the time limit")
         if progress is not None:
-            progress(phase=f"space: layer {b + 1}/{n}", arcs=len(arcs))
+            progress(phase=f"enumerating the plan graph, layer {b + 1} of {n}", arcs=len(arcs))
 
     terminals = {}
     sink = EXTERNAL if net.sink.external else net.sink.device

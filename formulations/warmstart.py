@@ -105,7 +105,7 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None,
         partial = sg.upper is not None and math.isfinite(sg.outside)
         upper = sg.upper if partial else math.inf
         arrays = PathArrays(sg)  # shared by the LP's bounds and every search below
-        fixing = lagrangian_fixing(sg, objective, caps, arrays=arrays, prior=prior, upper=upper)
+        fixing = lagrangian_fixing(sg, objective, caps, arrays=arrays, prior=prior, upper=upper, deadline=deadline)
         bound = max(bound, fixing.bound)
         if fixing.incumbent is not None:
             upper = min(upper, fixing.incumbent[1])

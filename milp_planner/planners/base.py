@@ -195,12 +195,18 @@ class SolveContext:
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
+    @property
+    def deadline(self) -> float | None:
+        """The ``time.perf_counter()`` value at which the time limit runs out (None: no limit)."""
+        return None if self.time_limit is None else self.started + self.time_limit
+
     def remaining(self) -> float | None:
         return None if self.time_limit is None else max(0.0, self.time_limit - self.elapsed())
 
     def report(self, **info) -> None:
         if self.progress is not None:
             info.setdefault("elapsed", self.elapsed())
+            info.setdefault("objective", self.objective)
             self.progress(info)
 
 

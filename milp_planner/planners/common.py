@@ -21,6 +21,7 @@ The pieces:
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Iterable, Sequence
 
 from milp_planner.cost.evaluator import EXTERNAL, Metrics, evaluate, pricer
@@ -242,10 +243,13 @@ def score(metrics: Metrics, objective: str) -> tuple[int, float]:
 
 
 def best_of(instance: Instance, candidates: Iterable[Sequence[StageT]], objective: str,
-            planner: str = "") -> tuple[Plan, Metrics, list[StageT]]:
-    """The candidate stage list with the best ``score`` (the first on ties)."""
+            planner: str = "", deadline: float | None = None) -> tuple[Plan, Metrics, list[StageT]]:
+    """The candidate stage list with the best ``score`` (the first on ties); past ``deadline``
+    (a ``time.perf_counter()`` value) the best of those scored so far."""
     best = None
     for stages in candidates:
+        if best is not None and deadline is not None and time.perf_counter() > deadline:
+            break
         plan, m = evaluate_tuples(instance, stages, planner)
         if best is None or score(m, objective) < score(best[1], objective):
             best = (plan, m, list(stages))
@@ -380,6 +384,8 @@ def stage_dp(instance: Instance, candidates: Callable[[int], Iterable[StageT]], 
     cheapest stage list is returned whatever ownership it leaves behind.
     """
     sim = sim or Sim(instance)
+    deadline = None if ctx is None else ctx.deadline
+    late = False  # past the deadline: one state per boundary (greedy) from here on
     use_energy = objective == "energy"
     n_layers = len(instance.graph.layers)
     n = n_layers if stop is None else stop
@@ -391,11 +397,16 @@ def stage_dp(instance: Instance, candidates: Callable[[int], Iterable[StageT]], 
         layer_states = states[b]
         if not layer_states:
             continue
-        if beam is not None and len(layer_states) > beam:
-            keep = sorted(layer_states.items(), key=lambda kv: kv[1][0])[:beam]
+        late = late or (deadline is not None and time.perf_counter() > deadline)
+        width = 1 if late else beam
+        if width is not None and len(layer_states) > width:
+            keep = sorted(layer_states.items(), key=lambda kv: kv[1][0])[:width]
             layer_states = states[b] = dict(keep)
         cands = list(candidates(b))
-        for key, (cost, own, _, _) in list(layer_states.items()):
+        for i, (key, (cost, own, _, _)) in enumerate(list(layer_states.items())):
+            if i and deadline is not None and time.perf_counter() > deadline:
+                late = True  # the states expanded so far carry the plan to the end
+                break
             for st in cands:
                 tau, e, new = sim.stage(own, st)
                 c = cost + (e if use_energy else tau)

@@ -97,8 +97,8 @@ class DeepThingsPlanner(Planner):
         else:
             depths = [int(self.options["depth"])] if "depth" in self.options else range(1, prefix + 1)
             depths = [min(max(1, dd), prefix) for dd in depths]
-            cands = [deepthings_stages(instance, dd, d) for dd in depths for d in devs]
-        plan, m, stages = best_of(instance, cands, ctx.objective, self.name)
+            cands = (deepthings_stages(instance, dd, d) for dd in depths for d in devs)
+        plan, m, stages = best_of(instance, cands, ctx.objective, self.name, deadline=ctx.deadline)
         plan.meta["depth"] = stages[0][1] + 1 if prefix else 0
         return PlanResult(self.name, "feasible", ctx.objective, plan=plan)
 
@@ -114,6 +114,6 @@ class DeeperThingsPlanner(Planner):
 
     def search(self, instance, ctx: SolveContext):
         blocks = [int(self.options["block_layers"])] if "block_layers" in self.options else range(1, 9)
-        cands = [deeperthings_stages(instance, max(1, b)) for b in blocks]
-        plan, m, stages = best_of(instance, cands, ctx.objective, self.name)
+        cands = (deeperthings_stages(instance, max(1, b)) for b in blocks)
+        plan, m, stages = best_of(instance, cands, ctx.objective, self.name, deadline=ctx.deadline)
         return PlanResult(self.name, "feasible", ctx.objective, plan=plan)

@@ -17,6 +17,7 @@ evaluator beyond 1e-6 relative (plus CP-SAT's stated rounding tolerance) raises 
 from __future__ import annotations
 
 import math
+import time
 
 from formulations.caps import Fixing
 from formulations.certificate import Exploration, GraphSolve, SpaceTimeout, disagreement
@@ -31,6 +32,9 @@ from milp_planner.errors import PlannerError
 from milp_planner.cost.evaluator import evaluate_stages
 from milp_planner.instance import Instance
 from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext, space_dict
+from milp_planner.space.plan import Plan
+
+FALLBACK_S = 0.5  # seconds the single-device fallback may take once the time limit has run out
 
 
 def _solver_available(name: str) -> str | None:
@@ -74,19 +78,22 @@ class ExactPlanner(Planner):
     option_specs = ROUND_OPTIONS
 
     def solve(self, instance, **kw):
+        started = time.perf_counter()
         try:
             return super().solve(instance, **kw)
         except SpaceTimeout as err:
-            return self._fallback(instance, err, kw)
+            res = self._fallback(instance, err, kw)
+            res.solve_time_s = time.perf_counter() - started
+            return res
 
     def _fallback(self, instance, err: SpaceTimeout, kw) -> PlanResult:
-        """Out of time before any plan: the best single-device plan (always in the space),
-        with the bound proven so far."""
+        """Out of time before any plan: the best single-device plan (always in the space;
+        within a second, the best of the devices scored by then), with the bound proven so far."""
         from milp_planner.planners import get_planner
 
         obj = kw.get("objective") or instance.objective
         proven = f"; proven bound {err.lower:.6g}" if err.lower else ""
-        res = get_planner("offload").solve(instance, objective=obj)
+        res = get_planner("offload").solve(instance, objective=obj, time_limit=FALLBACK_S)
         if res.plan is not None and res.metrics is not None and res.metrics.feasible and res.metrics.in_space:
             res.planner, res.status, res.info = self.name, "timeout", {}
             res.message = f"{err}; returning the best single-device plan{proven}"
@@ -94,7 +101,6 @@ class ExactPlanner(Planner):
             res = PlanResult(self.name, "timeout", obj, message=f"{err}; no plan yet{proven}")
             res.space = space_dict(instance)
         res.bound = err.lower if err.lower is None or res.value is None else min(err.lower, res.value)
-        res.solve_time_s = kw.get("time_limit") or 0.0
         return res
 
     def solve_graph(self, sg: StageGraph, ctx: SolveContext, ws: WarmStart) -> GraphSolve:
@@ -133,7 +139,7 @@ class ExactPlanner(Planner):
         if ex.found is not None:
             info.update(ex.found.info)
         if ex.infeasible:
-            return PlanResult(self.name, "infeasible", obj, info=info, message=explain_infeasible(sg))
+            return PlanResult(self.name, "infeasible", obj, info=info, message=explain_infeasible(sg, ctx.deadline))
         if ex.found is None:  # nothing proven infeasible, but no plan either
             status = "timeout" if ex.timed_out else "error"
             msg = ("no plan found within the time limit" if ex.timed_out
@@ -231,6 +237,13 @@ class CPSATPlanner(ExactPlanner):
 
 
 class BruteForcePlanner(ExactPlanner):
+    """Every plan of the space scored by the evaluator: the cross-check of the other planners.
+
+    Without a time limit it refuses a space of more than ``max_plans`` plans (counted before
+    it starts). With one it enumerates until the limit and then returns the best plan it has
+    seen, status ``timeout`` and no bound: nothing is proven before every plan is seen.
+    """
+
     name = "bruteforce"
     description = "enumerates every plan of the space and scores each with the evaluator (tiny instances)"
     source = "this project; the cross-check of the exact planners"
@@ -238,43 +251,81 @@ class BruteForcePlanner(ExactPlanner):
 
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
         limit = int(self.options.get("max_plans", 200_000))
+        obj = ctx.objective
+        deadline = None if ctx.time_limit is None else ctx.started + ctx.time_limit
         n = len(instance.graph.layers)
         fl = max(1, instance.search.fusion_limit)
-        options = {(b, e): stage_options(instance, b, e) for b in range(n) for e in range(b, min(n, b + fl))}
-        best = [math.inf, None]
-        count = [0]
-        obj = ctx.objective
-
-        def norm(o):
-            parts = [(d, r) for d, r in zip(o.devices, o.ranges)]
-            if o.axis != "none":
-                parts.sort(key=lambda x: x[1])
-            return (o.first, o.last, o.axis, parts)
-
-        def rec(b, stack):
-            if b == n:
-                count[0] += 1
-                if count[0] > limit:
-                    raise PlannerError(f"{instance.name}: more than {limit} plans; bruteforce is for tiny instances")
-                m = evaluate_stages([norm(o) for o in stack], instance)
-                if m.feasible:
-                    v = m.value(obj)
-                    if v < best[0] - 1e-15:
-                        best[0], best[1] = v, list(stack)
-                return
-            for e in range(b, min(n, b + fl)):
-                for o in options[(b, e)]:
-                    stack.append(o)
-                    rec(e + 1, stack)
-                    stack.pop()
-
-        rec(0, [])
-        info = {"plans": count[0]}
-        if best[1] is None:
-            return PlanResult(self.name, "infeasible", obj, info=info,
-                              message=f"none of the {count[0]} plans of the space is feasible")
-        from milp_planner.space.plan import Plan
-
+        try:
+            options = {(b, e): stage_options(instance, b, e, deadline)
+                       for b in range(n) for e in range(b, min(n, b + fl))}
+        except TimeoutError:
+            return PlanResult(self.name, "timeout", obj, message="the time limit ran out while listing the "
+                              "stage options: no plan, and bruteforce proves no bound before it has seen every plan")
+        total = _plan_count(options, n, fl)
+        if total > limit and deadline is None:
+            raise PlannerError(f"{instance.name}: {total} plans, more than max_plans {limit}; bruteforce is for "
+                               "tiny instances (with --time-limit it returns the best plan seen in that time)")
+        best_value, best_stack, seen = math.inf, None, 0
+        for stack in _plans(options, n, fl):
+            seen += 1
+            m = evaluate_stages([_stage_tuple(o) for o in stack], instance)
+            if m.feasible:
+                v = m.value(obj)
+                if v < best_value - 1e-15:
+                    best_value, best_stack = v, list(stack)
+            if seen % 256 == 0:
+                ctx.report(phase=f"bruteforce: {seen} of {total} plans",
+                           incumbent=best_value if best_stack is not None else None)
+            if deadline is not None and time.perf_counter() > deadline:
+                break
+        info = {"plans": seen, "plans_total": total}
         names = instance.device_names
-        plan = Plan(instance.name, [o.to_stage(names) for o in best[1]])
-        return PlanResult(self.name, "optimal", obj, plan=plan, bound=best[0], info=info)
+        plan = Plan(instance.name, [o.to_stage(names) for o in best_stack]) if best_stack is not None else None
+        if seen < total:
+            what = "the best of them" if plan is not None else "none of them is feasible"
+            return PlanResult(self.name, "timeout", obj, plan=plan, info=info,
+                              message=f"the time limit stopped the enumeration after {seen} of {_amount(total)} plans; "
+                                      f"this is {what}; bruteforce proves no bound before it has seen every plan")
+        if plan is None:
+            return PlanResult(self.name, "infeasible", obj, info=info,
+                              message=f"none of the {seen} plans of the space is feasible")
+        return PlanResult(self.name, "optimal", obj, plan=plan, bound=best_value, info=info)
+
+
+def _stage_tuple(o) -> tuple:
+    """A stage option as the evaluator's stage tuple (parts in range order)."""
+    parts = [(d, r) for d, r in zip(o.devices, o.ranges)]
+    if o.axis != "none":
+        parts.sort(key=lambda x: x[1])
+    return (o.first, o.last, o.axis, parts)
+
+
+def _amount(count: int) -> str:
+    """A plan count for a message: digits grouped, or 3 significant digits when huge."""
+    return f"{count:,}" if count < 10**12 else f"{float(count):.3g}"
+
+
+def _plan_count(options: dict, n: int, fl: int) -> int:
+    """How many plans the stage options make: plans from boundary b = sum over the stages
+    b..e of their options times the plans from e + 1."""
+    count = [0] * n + [1]
+    for b in range(n - 1, -1, -1):
+        count[b] = sum(len(options[(b, e)]) * count[e + 1] for e in range(b, min(n, b + fl)))
+    return count[0]
+
+
+def _plans(options: dict, n: int, fl: int):
+    """Every plan as a list of stage options, depth first (the list is reused between plans)."""
+    stack: list = []
+
+    def rec(b):
+        if b == n:
+            yield stack
+            return
+        for e in range(b, min(n, b + fl)):
+            for o in options[(b, e)]:
+                stack.append(o)
+                yield from rec(e + 1)
+                stack.pop()
+
+    yield from rec(0)

@@ -31,6 +31,7 @@ its decisions here, whatever ``ctx.objective`` (the evaluator still reports the 
 from __future__ import annotations
 
 import itertools
+import time
 from fractions import Fraction
 
 from milp_planner.instance.devices import CostModel, Device
@@ -107,6 +108,8 @@ def global_plan(vinst, ctx=None) -> tuple[list, float, str]:
     best = stage_dp(vinst, model_cands, "latency", sim=sim, ctx=ctx) + ("model",)
     by_rate = sorted(range(G), key=lambda j: (-lam[j], j))
     for sigma in range(2, G + 1):
+        if ctx is not None and ctx.deadline is not None and time.perf_counter() > ctx.deadline:
+            break  # out of time: the best global plan so far
         nodes = sorted(by_rate[:sigma])
         w = [lam[j] for j in nodes]
 
@@ -187,7 +190,8 @@ def local_plan(instance, vstages, groups, ctx=None) -> list:
             def cands(i, units=units, last=last):
                 return [single(i, i + ln - 1, u) for ln in range(1, min(fl, last + 1 - i) + 1) for u in units]
 
-            stages, _ = stage_dp(instance, cands, "latency", sim=sim, start=first, stop=last + 1, owners=owners)
+            stages, _ = stage_dp(instance, cands, "latency", sim=sim, start=first, stop=last + 1, owners=owners,
+                                 ctx=ctx)
             options.append(stages)
         best = None
         for opt in options:

@@ -84,10 +84,10 @@ class LPRoundPlanner(ExactPlanner):
 
         obj = ctx.objective
         sg = self.stage_graph(instance, ctx)
-        ws = self.warm_start(sg, obj)
+        ws = self.warm_start(sg, obj, ctx.deadline)
         info = {"stage_arcs": len(sg.arcs)}
         if not ws.arcs:
-            return PlanResult(self.name, "infeasible", obj, info=info, message=_explain(sg))
+            return PlanResult(self.name, "infeasible", obj, info=info, message=_explain(sg, ctx))
         keep = pruned_arcs(sg, obj, ws.value if ws.feasible and self.options.get("fix_arcs", True) else None)
         info["model_arcs"] = len(keep)
 
@@ -107,7 +107,7 @@ class LPRoundPlanner(ExactPlanner):
         if tc in ("infeasible", "infeasibleOrUnbounded"):
             info["lp_value"] = None
             return PlanResult(self.name, "infeasible", obj, info=info,
-                              message="the LP relaxation is infeasible, so is every plan: " + _explain(sg))
+                              message="the LP relaxation is infeasible, so is every plan: " + _explain(sg, ctx))
         if tc != "optimal":
             info["lp_value"] = None
             if ws.feasible:
@@ -177,9 +177,9 @@ class LPRoundPlanner(ExactPlanner):
         return res
 
 
-def _explain(sg) -> str:
+def _explain(sg, ctx) -> str:
     try:
-        return explain_infeasible(sg)
+        return explain_infeasible(sg, ctx.deadline)
     except Exception:  # pragma: no cover - the explanation is a courtesy
         return "no plan of the space satisfies the caps"
 

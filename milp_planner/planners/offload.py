@@ -24,6 +24,6 @@ class OffloadPlanner(Planner):
     def search(self, instance, ctx: SolveContext):
         n = len(instance.graph.layers)
         cands = [per_layer(0, n - 1, d) for d in range(len(instance.devices))]
-        plan, metrics, stages = best_of(instance, cands, ctx.objective, self.name)
+        plan, metrics, stages = best_of(instance, cands, ctx.objective, self.name, deadline=ctx.deadline)
         plan.meta["device"] = instance.device_names[stages[0][3][0][0]]
         return PlanResult(self.name, "feasible", ctx.objective, plan=plan)

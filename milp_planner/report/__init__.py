@@ -5,7 +5,8 @@
 ...                  time_limit=30, repeats=3, out="report")
 >>> out.paths                                                                     # doctest: +SKIP
 
-Pieces: ``runner`` (tasks, cache, local or Dask execution), ``results`` (CSV rows and gaps),
+Pieces: ``runner`` (the runs end to end: ``tasks``, ``cache``, ``records``, local ``workers``
+or Dask ``cluster``), ``results`` (CSV rows and gaps),
 ``figures`` (matplotlib), ``document`` / ``markdown`` / ``html`` (the documents), ``cli``.
 """
 

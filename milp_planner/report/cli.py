@@ -8,6 +8,7 @@ options, ``--out`` (a directory that can be written and is not an input), ``--ca
 from __future__ import annotations
 
 import math
+import signal
 import sys
 
 from milp_planner.errors import PlannerError
@@ -84,14 +85,21 @@ def parse_options(items: list[str] | None) -> dict[str, dict]:
 def cmd_report(args) -> int:
     from milp_planner.report import run_report
 
+    from milp_planner.report.workers import Terminated
+
     time_limit = None if args.time_limit == 0 else args.time_limit
     options = parse_options(args.option)
     check_report_args(args, options)
-    outcome = run_report(
-        args.instances, args.planners, time_limit=time_limit, repeats=args.repeats, out=args.out,
-        workers=args.workers, dask=args.dask, cache_dir=args.cache, options=options,
-        retry_failed=args.retry_failed, progress=not args.quiet, grace_s=args.grace,
-    )
+    try:
+        outcome = run_report(
+            args.instances, args.planners, time_limit=time_limit, repeats=args.repeats, out=args.out,
+            workers=args.workers, dask=args.dask, cache_dir=args.cache, options=options,
+            retry_failed=args.retry_failed, progress=not args.quiet, grace_s=args.grace,
+        )
+    except Terminated:
+        print("milp-planner: report terminated (SIGTERM); its workers were stopped, finished runs are in the "
+              "cache and a rerun resumes from there", file=sys.stderr)
+        return 128 + signal.SIGTERM
     rows = outcome.rows
     failed = sum(r["status"] == "error" for r in rows)
     timeouts = sum(r["status"] == "timeout" and r["value"] is None for r in rows)

@@ -299,6 +299,8 @@ def progress_printer(enabled: bool = True):
     if not enabled:
         yield None
         return
+    from milp_planner.report.progress import format_progress
+
     last = [0.0]
 
     def report(info: dict) -> None:
@@ -306,17 +308,6 @@ def progress_printer(enabled: bool = True):
         if el - last[0] < 1.0 and not info.get("force"):
             return
         last[0] = el
-        parts = [f"[{el:7.1f} s]"]
-        for k in ("phase", "incumbent", "bound", "gap", "nodes"):
-            v = info.get(k)
-            if v is None:
-                continue
-            if k == "gap":
-                parts.append(f"gap {v * 100:.3f} %")
-            elif isinstance(v, float):
-                parts.append(f"{k} {v:.6g}")
-            else:
-                parts.append(f"{k} {v}")
-        print("  ".join(parts), file=sys.stderr, flush=True)
+        print(format_progress(info), file=sys.stderr, flush=True)
 
     yield report

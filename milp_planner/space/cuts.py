@@ -4,14 +4,19 @@
 channels) may use with ``k`` parts; ``out_of_space(plan, instance)`` says why a valid plan lies
 outside the space (empty list when inside). Device speeds for the ``capacity`` family are
 exact rationals, so the rounding is the same everywhere.
+
+The enumeration is capped (``MAX_CUT_VECTORS`` per stage extent and part count: a larger
+family is no space a planner can search, and says so in one line) and stops at a deadline.
 """
 
 from __future__ import annotations
 
+import time
 from fractions import Fraction
-from functools import lru_cache
-from itertools import combinations, permutations
+from itertools import combinations
+from math import comb, perm
 
+from milp_planner.errors import PlannerError
 from milp_planner.instance.devices import layer_time
 from milp_planner.space.geometry import round_half_up, tensor_grid
 from milp_planner.instance import Instance
@@ -74,30 +79,113 @@ def _valid(cuts: Cuts, n: int) -> bool:
     return all(pts[i] < pts[i + 1] for i in range(len(pts) - 1))
 
 
-def cut_vectors(instance: Instance, n: int, k: int) -> list[Cuts]:
-    """Every cut vector for ``k`` parts of ``n`` rows allowed by the instance's split families."""
-    return list(_cut_vectors(instance.search.splits, speeds(instance), n, k, instance.search.max_parts))
+MAX_CUT_VECTORS = 200_000  # cut vectors of one family for one (extent, part count)
+_CHECK_EVERY = 4096  # enumeration steps between two deadline checks
+_CACHE: dict[tuple, tuple[Cuts, ...]] = {}
+_CACHE_SIZE = 4096
 
 
-@lru_cache(maxsize=4096)
-def _cut_vectors(splits, spd, n: int, k: int, max_parts: int) -> tuple[Cuts, ...]:
+def cut_vectors(instance: Instance, n: int, k: int, deadline: float | None = None) -> list[Cuts]:
+    """Every cut vector for ``k`` parts of ``n`` rows allowed by the instance's split families.
+
+    Raises ``PlannerError`` when a family alone has more than ``MAX_CUT_VECTORS`` of them and
+    ``TimeoutError`` past ``deadline`` (a ``time.perf_counter()`` value)."""
+    key = (instance.search.splits, speeds(instance), n, k, instance.search.max_parts)
+    hit = _CACHE.get(key)
+    if hit is None:
+        hit = _cut_vectors(*key, deadline=deadline, where=instance.name)
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.clear()
+        _CACHE[key] = hit
+    return list(hit)
+
+
+def _too_many(where: str, family: str, count: int, n: int, k: int, fix: str) -> PlannerError:
+    return PlannerError(f"{where}: search.splits {family} gives {count:.3g} cut vectors for {k} parts of {n} "
+                        f"rows or channels (more than {MAX_CUT_VECTORS}); {fix}")
+
+
+def grid_points(n: int, g: int) -> range | list[int]:
+    """The interior points of ``grid:g`` on ``n`` rows: ``round_half_up(j * n / g)``, 0 < j < g.
+    When ``g >= n`` the points are at most one row apart, so every interior row is one."""
+    if g >= n:
+        return range(1, n)
+    return sorted({round_half_up(j * n, g) for j in range(1, g)} - {0, n})
+
+
+def speed_orders(spd, k: int):
+    """Every distinct sequence of the speeds of ``k`` different devices: devices of equal
+    speed give the same capacity cuts, so only the sequences of values count."""
+    values = sorted(set(spd))
+    left = {v: sum(1 for s in spd if s == v) for v in values}
+
+    def rec(prefix):
+        if len(prefix) == k:
+            yield tuple(prefix)
+            return
+        for v in values:
+            if left[v]:
+                left[v] -= 1
+                prefix.append(v)
+                yield from rec(prefix)
+                prefix.pop()
+                left[v] += 1
+
+    yield from rec([])
+
+
+def _cut_vectors(splits, spd, n: int, k: int, max_parts: int, *, deadline: float | None = None,
+                 where: str = "instance") -> tuple[Cuts, ...]:
     if k == 1:
         return ((),)
     if k > max_parts or k > n:
         return ()
     found: dict[Cuts, None] = {}
+    steps = 0
+
+    def tick():
+        nonlocal steps
+        steps += 1
+        if deadline is not None and steps % _CHECK_EVERY == 0 and time.perf_counter() > deadline:
+            raise TimeoutError("the time limit ran out while enumerating the cut vectors")
+
     for family in splits:
         if family == "equal":
             found[equal_cuts(n, k)] = None
         elif family == "capacity":
-            for order in permutations(range(len(spd)), k):
-                found[capacity_cuts(n, [spd[d] for d in order])] = None
+            count = min(perm(len(spd), k), len(set(spd)) ** k)
+            if count > MAX_CUT_VECTORS:
+                raise _too_many(where, family, count, n, k, "lower search.max_parts or use equal or grid splits")
+            for order in speed_orders(spd, k):
+                tick()
+                found[capacity_cuts(n, list(order))] = None
         elif family.startswith("grid:"):
             g = int(family.split(":", 1)[1])
-            points = sorted({round_half_up(j * n, g) for j in range(1, g)} - {0, n})
+            points = grid_points(n, g)
+            count = comb(len(points), k - 1)
+            if count > MAX_CUT_VECTORS:
+                raise _too_many(where, family, count, n, k, "use a coarser grid or lower search.max_parts")
             for subset in combinations(points, k - 1):
+                tick()
                 found[tuple(subset)] = None
     return tuple(sorted(c for c in found if _valid(c, n)))
+
+
+def cuts_in_space(instance: Instance, n: int, cuts: Cuts) -> bool:
+    """Whether one split family of the instance gives ``cuts`` for ``len(cuts) + 1`` parts of
+    ``n`` rows; a grid is checked point by point, without listing its vectors."""
+    k = len(cuts) + 1
+    if not _valid(cuts, n) or k > n:
+        return False
+    sp = instance.search
+    for family in sp.splits:
+        if family.startswith("grid:"):
+            points = grid_points(n, int(family.split(":", 1)[1]))
+            if all(c in points for c in cuts):
+                return True
+        elif cuts in _cut_vectors((family,), speeds(instance), n, k, sp.max_parts, where=instance.name):
+            return True
+    return False
 
 
 def ranges_from_cuts(cuts: Cuts, n: int) -> list[tuple[int, int]]:
@@ -132,6 +220,6 @@ def out_of_space(plan: Plan, instance: Instance) -> list[str]:
         n = stage_extent(instance, s.last, s.axis)
         ranges = sorted(p.range for p in s.parts)
         cuts = tuple(r[0] for r in ranges[1:])
-        if k <= sp.max_parts and cuts not in set(cut_vectors(instance, n, k)):
+        if k <= sp.max_parts and not cuts_in_space(instance, n, cuts):
             reasons.append(f"{where}: cuts {list(cuts)} of {n} are not from splits {list(sp.splits)}")
     return reasons

@@ -1,0 +1,155 @@
+"""Every planner honours its time limit, and the plan space's enumeration stops at it.
+
+A planner given ``time_limit`` must return within 5 % + 2 s of it, with the measured solve
+time (never the limit) as ``solve_time_s``. The instances here are small networks on many
+devices, where several planners would otherwise run for minutes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from milp_planner.errors import PlannerError
+from milp_planner.instance import load_instance
+from milp_planner.planners import get_planner, planner_names
+from milp_planner.space import cuts
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "instances" / "examples" / "tiny-2dev.yaml"
+LIMIT = 3.0
+
+
+def slack(limit: float) -> float:
+    return limit * 1.05 + 2.0
+
+
+def write_instance(tmp_path: Path, name: str, n_devices: int = 2, **search) -> Path:
+    """tiny-2dev's network on ``n_devices`` devices (alternately a Pi 4 and a Pi 5)."""
+    doc = yaml.safe_load(TINY.read_text())
+    doc["name"] = name
+    if n_devices != 2:
+        doc["devices"] = [{"name": f"d{i}", "profile": "rpi4" if i % 2 else "rpi5"} for i in range(n_devices)]
+        doc["network"]["source"] = {"device": "d0"}
+        doc["network"]["sink"] = {"device": "d0"}
+    doc["search"].update(search)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def many_devices(tmp_path_factory):
+    """200 devices: hundreds of thousands of stage options, and every single-device plan to score."""
+    return load_instance(write_instance(tmp_path_factory.mktemp("many"), "tiny-200dev", 200))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", planner_names())
+def test_every_planner_honours_the_time_limit(name, many_devices):
+    # imports are not the planner's time (torch alone takes seconds on a loaded machine)
+    import pyomo.environ  # noqa: F401
+    from ortools.sat.python import cp_model  # noqa: F401
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+
+    planner = get_planner(name)
+    t0 = time.perf_counter()
+    res = planner.solve(many_devices, time_limit=LIMIT)
+    wall = time.perf_counter() - t0
+    assert wall <= slack(LIMIT), f"{name} took {wall:.1f} s on a {LIMIT} s limit"
+    assert res.solve_time_s <= wall + 1e-6
+    assert res.solve_time_s >= 0.5 * min(wall, LIMIT) or wall < 0.5  # measured, not made up
+    assert res.status in ("optimal", "feasible", "infeasible", "timeout"), res.message
+
+
+def test_bruteforce_returns_its_best_plan_at_the_limit():
+    """The README's tiny example has 451,072 plans: far more than bruteforce sees in 2 s."""
+    inst = load_instance(TINY)
+    t0 = time.perf_counter()
+    res = get_planner("bruteforce").solve(inst, time_limit=2.0)
+    wall = time.perf_counter() - t0
+    assert wall <= slack(2.0)
+    assert res.status == "timeout" and res.bound is None and "no bound" in res.message
+    assert res.plan is not None and res.metrics.feasible
+    assert 0 < res.info["plans"] < res.info["plans_total"] == 451_072
+    assert 1.9 <= res.solve_time_s <= wall
+    assert res.value >= get_planner("dp").solve(inst).value * (1 - 1e-9)
+
+
+def test_bruteforce_without_a_limit_refuses_a_large_space_at_once():
+    t0 = time.perf_counter()
+    with pytest.raises(PlannerError, match="451072 plans, more than max_plans 200000"):
+        get_planner("bruteforce").solve(load_instance(TINY))
+    assert time.perf_counter() - t0 < 10
+
+
+def test_fallback_reports_the_measured_solve_time(many_devices):
+    """Out of time while enumerating: the single-device fallback, timed, not the limit."""
+    t0 = time.perf_counter()
+    res = get_planner("dp").solve(many_devices, time_limit=0.2)
+    wall = time.perf_counter() - t0
+    assert res.status == "timeout" and res.plan is not None
+    assert res.solve_time_s != 0.2 and res.solve_time_s <= wall
+    assert wall <= slack(0.2)
+
+
+def test_an_absurd_grid_is_one_line_error(tmp_path):
+    inst = load_instance(write_instance(tmp_path, "huge-grid", 4, splits=["grid:99999999999999999999"], max_parts=4))
+    with pytest.raises(PlannerError, match=r"grid:99999999999999999999 gives 1.82e\+06 cut vectors for 4 parts"):
+        cuts.cut_vectors(inst, 224, 4)  # C(223, 3) vectors: no planner can search them
+    t0 = time.perf_counter()
+    with pytest.raises(PlannerError, match="reduce search.splits or max_parts") as err:
+        get_planner("dp").solve(inst, time_limit=10)  # tiny rows: the cut vectors fit, their bounds do not
+    assert "\n" not in str(err.value)
+    assert time.perf_counter() - t0 < slack(10)
+
+
+def test_a_grid_finer_than_the_rows_is_every_row(tmp_path):
+    """grid:G with G >= the rows cuts at every row: listed without counting to G."""
+    inst = load_instance(write_instance(tmp_path, "fine-grid", splits=["grid:99999999999999999999"]))
+    t0 = time.perf_counter()
+    res = get_planner("dp").solve(inst, time_limit=10)
+    assert time.perf_counter() - t0 < slack(10)
+    assert res.status == "optimal"
+    assert cuts.grid_points(7, 10**20) == range(1, 7)
+    assert list(cuts.grid_points(10, 4)) == [3, 5, 8]  # round_half_up(10 j / 4), j = 1..3
+
+
+def test_cut_enumeration_stops_at_the_deadline(tmp_path):
+    inst = load_instance(write_instance(tmp_path, "deadline-grid", 4, splits=["grid:400"], max_parts=3))
+    cuts._CACHE.clear()
+    n = 400  # C(399, 2) = 79,401 cut vectors: allowed, and long enough to pass a deadline
+    with pytest.raises(TimeoutError):
+        cuts.cut_vectors(inst, n, 3, deadline=time.perf_counter() - 1.0)
+    assert len(cuts.cut_vectors(inst, n, 3)) == 399 * 398 // 2
+
+
+def test_many_devices_with_capacity_splits_count_speeds_not_orders(tmp_path):
+    """Capacity cuts depend on the devices' speeds only: 200 devices of two kinds give the cut
+    vectors of two speeds (not 200 x 199 x 198 device orders)."""
+    inst = load_instance(write_instance(tmp_path, "cap-200", 200, max_parts=3))
+    cuts._CACHE.clear()
+    t0 = time.perf_counter()
+    vectors = cuts.cut_vectors(inst, 28, 3)
+    assert time.perf_counter() - t0 < 2
+    assert 1 <= len(vectors) <= 2 ** 3 + 1
+
+
+@pytest.mark.slow
+def test_cli_with_a_huge_space_answers_in_one_line_within_the_limit(tmp_path):
+    path = write_instance(tmp_path, "tiny-200dev-p3", 200, max_parts=3)
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "milp_planner", "solve", str(path), "--planner", "milp",
+                          "--time-limit", "10", "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert time.perf_counter() - t0 < slack(10) + 5  # + the interpreter's start-up
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "options" in lines[0] and "Traceback" not in out.stderr
