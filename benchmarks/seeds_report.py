@@ -273,7 +273,7 @@ def markdown(parts, meta, rows, analysis) -> str:
     m = meta["machine"]
     lines = ["# The seed papers' headline comparisons on our evaluator", "",
              "Written by `benchmarks/bench_seeds.py` (issue #7). Every number is our evaluator's "
-             "(MODEL.md section 4) on the instance files in `instances/`, whose comments state what was "
+             "(docs/model.md section 4) on the instance files in `instances/`, whose comments state what was "
              "taken from each paper and what was assumed; the papers measured real boards or used their own "
              "simulators, so only trends and ratios are comparable, never absolute times.", "",
              "Legend for the tables: value (gap to the best proven bound). 'certified': an exact planner "

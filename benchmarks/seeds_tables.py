@@ -407,7 +407,7 @@ def analyse_autodice(rows, cells, pareto: dict[str, dict]) -> tuple[list[str], d
     md += ["### AutoDiCE's Pareto sets", "",
            "The union of the seeds' Pareto sets (non-dominated again), by its extreme points. Energy per "
            "device is our evaluator's (compute power x compute time + tx/rx shares), memory per device "
-           "is weights + working set (MODEL.md section 4). The 1-PE reference is `offload`'s plan: the "
+           "is weights + working set (docs/model.md section 4). The 1-PE reference is `offload`'s plan: the "
            "whole network on the single fastest processing unit (a GPU), our stand-in for the paper's "
            "'1-Device GPU' row.", ""]
     md += md_table(header, body) + [""]

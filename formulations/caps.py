@@ -1,7 +1,7 @@
 """Memory caps on the stage graph: Lagrangian bounds, arc fixing and the exact label search.
 
 A device's memory along a plan is the weights of all its stages plus its largest working set
-(MODEL.md section 4). For multipliers ``lam >= 0`` (seconds or joules per byte, one per capped
+(docs/model.md section 4). For multipliers ``lam >= 0`` (seconds or joules per byte, one per capped
 device), every plan that meets the caps costs at least
 
     cost(P) + sum_d lam_d * (weights_d(P) + working_d(P) - cap_d),

@@ -3,7 +3,7 @@
 A plan is a path. Node ``(b, state)`` is a stage boundary (before layer ``b``) with ``state``
 the ownership of every tensor live across it (who owns which rows or channels). An arc is
 one stage option (layers ``b..e``, axis, cuts, devices) leaving that node; it ends at
-``(e + 1, state')``. Every cost of MODEL.md section 4 splits over this path:
+``(e + 1, state')``. Every cost of docs/model.md section 4 splits over this path:
 
 - per arc: the stage's ``tau`` (switched or shared), per-device compute and receive time,
   energy, per-device weight bytes (summed along the path) and working set (maxed along it);

@@ -8,7 +8,7 @@ applied to the whole network:
     t = MACs / macs_per_s + layers x overhead_s
 
 with published MAC counts and the number of layers the planner sees after folding
-(MODEL.md section 2: Conv+BN+ReLU is one layer, Dropout disappears). The fit minimises the
+(docs/model.md section 2: Conv+BN+ReLU is one layer, Dropout disappears). The fit minimises the
 sum of squared log errors (numpy only; a coarse-to-fine grid search in log space).
 Compute power is fitted by least squares through the origin on E = P x t (the paper's
 energy per image is measured for the whole board).

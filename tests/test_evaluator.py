@@ -1,4 +1,4 @@
-"""The evaluator against hand-computed plans (MODEL.md sections 3 and 4).
+"""The evaluator against hand-computed plans (docs/model.md sections 3 and 4).
 
 Conventions of tests/builders.py: dtype 1 byte; conv layers 3x3 stride 1 pad 1 with 1000 MACs
 and 10 params, output (1, 2, 8, 8) = 8 rows of 2 x 8 = 16 bytes; the input x is (1, 1, 8, 8)

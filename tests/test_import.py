@@ -1,4 +1,4 @@
-"""The ONNX importer (MODEL.md section 2): folding, shapes, counts, row dependencies, errors."""
+"""The ONNX importer (docs/model.md section 2): folding, shapes, counts, row dependencies, errors."""
 
 from __future__ import annotations
 

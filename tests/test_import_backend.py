@@ -3,7 +3,7 @@
 Every ``light_*.onnx`` model goes through ``inspect --json`` and its MACs and parameters are
 compared with a count made here, independently of the importer: onnx shape inference on the
 original, unfolded model, then MACs summed over Conv, ConvTranspose, Gemm and MatMul (output
-elements x multiplications per output) and parameters by MODEL.md section 2's rules (the
+elements x multiplications per output) and parameters by docs/model.md section 2's rules (the
 constant weight tensors of the weight ops, 2 x C per BatchNormalization, PRelu slopes, and
 the constant operand of more than one element of an Add, Sub, Mul or Div, as the importer
 documents it). These models are older than IR version 4, keep their weights as

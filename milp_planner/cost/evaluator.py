@@ -1,11 +1,11 @@
-"""The evaluator: the one definition of every cost (MODEL.md section 4).
+"""The evaluator: the one definition of every cost (docs/model.md section 4).
 
 ``evaluate(plan, instance)`` returns ``Metrics``: latency (switched or shared medium), energy
 in total and per device, period and throughput, per-device memory, feasibility and a
 per-stage breakdown. Every planner and every exact formulation is judged by this function,
 and the formulations price their choices through ``Pricer``, the same code it uses.
 
-Decisions where MODEL.md leaves room (also in docs/cost-model.md):
+Decisions where docs/model.md leaves room (also in docs/cost-model.md):
 - A part's need of an external tensor read by several layers of its stage is the one interval
   covering all of them (as for computed rows).
 - A layer that is not row-splittable inside an ``axis: none`` stage is computed whole if any
@@ -456,7 +456,7 @@ def messages(plan: Plan, instance: Instance) -> list[Message]:
     """Every message ``evaluate`` prices, in its order (stage by stage, then the gather).
 
     Read off the same ``Metrics`` the costs come from, so the list and the prices cannot
-    diverge: one message per tensor per device pair with bytes > 0 (MODEL.md section 4).
+    diverge: one message per tensor per device pair with bytes > 0 (docs/model.md section 4).
     """
     m = evaluate(plan, instance)
     out = [Message(si, t.tensor, t.src, t.dst, t.bytes, t.time_s)

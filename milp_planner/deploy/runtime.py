@@ -3,7 +3,7 @@
 ``RankProgram`` holds the data a device owns, sends its messages, assembles the inputs of
 its sub-models from what it owns and what it received, runs them with onnxruntime (one
 intra-op thread) and keeps only what it owns afterwards: halo rows and received data live
-only for the stage (MODEL.md's ownership rule). ``execute_sequential`` runs every rank in this
+only for the stage (docs/model.md's ownership rule). ``execute_sequential`` runs every rank in this
 process, stage by stage in rank order, with an in-memory mailbox: the numerics of the MPI
 run without its start-up cost.
 """

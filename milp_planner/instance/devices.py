@@ -1,4 +1,4 @@
-"""Devices and their cost models (MODEL.md sections 1 and 4).
+"""Devices and their cost models (docs/model.md sections 1 and 4).
 
 A cost model answers one question: how long does this device take to compute a fraction of
 one layer. Numbers from instance files are exact rationals (``Fraction``) so that the

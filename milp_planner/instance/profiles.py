@@ -138,7 +138,7 @@ PROFILES: dict[str, dict] = {
         "24e9", "2e-4", 4, "6.4",
         "Vendor spec, Raspberry Pi 4 Model B: 4x Cortex-A72 @ 1.5 GHz, 4 GB (the size HiDP Table II "
         "lists). Used by DIAPASON Sec. V-B and HiDP Table II.",
-        "Peak: 4 cores x 1.5 GHz x 4 fp32 FMA/cycle = 24 GMAC/s (6.0e9 matches MODEL.md's example). "
+        "Peak: 4 cores x 1.5 GHz x 4 fp32 FMA/cycle = 24 GMAC/s (6.0e9 matches docs/model.md's example). "
         "Power 6.4 W: board under full CPU load (assumed).",
     ),
     "rpi5": _cpu(

@@ -1,4 +1,4 @@
-"""Reading and validating instance files (MODEL.md section 1).
+"""Reading and validating instance files (docs/model.md section 1).
 
 ``read_instance(path)`` reads a YAML or JSON file; ``instance_from_dict(data, ...)`` builds an
 instance from the same structure already in memory (tests, Python users). Every problem is a

@@ -1,6 +1,6 @@
 """The layer graph: ONNX nodes after folding, in topological (file) order.
 
-This is the one graph type every other module works on (MODEL.md section 2). It knows
+This is the one graph type every other module works on (docs/model.md section 2). It knows
 nothing about devices or plans. Tensors are named by their ONNX names; every layer
 produces exactly one tensor (``Layer.output``).
 
@@ -169,7 +169,7 @@ def overlap(a: Interval, b: Interval) -> int:
 
 
 def input_rows(dep: RowDep, out: Interval, h_in: int) -> Interval:
-    """Rows of an input (height ``h_in``) that output rows ``out`` read (MODEL.md section 2)."""
+    """Rows of an input (height ``h_in``) that output rows ``out`` read (docs/model.md section 2)."""
     a, b = out
     if a >= b:
         return EMPTY

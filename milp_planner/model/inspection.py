@@ -1,7 +1,7 @@
 """What ``milp-planner inspect`` reports: the layers after folding, with their work and weights.
 
 Per layer: id, name, op (with the ops folded into it), output shape, MACs (Conv,
-ConvTranspose, Gemm and MatMul multiplications), ops (the other work, MODEL.md section 2),
+ConvTranspose, Gemm and MatMul multiplications), ops (the other work, docs/model.md section 2),
 parameters, weight bytes (params x dtype_bytes) and whether it can be split by rows or by
 output channels.
 

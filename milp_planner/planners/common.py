@@ -6,7 +6,7 @@ with axis ``none`` and range ``None``. ``to_plan`` turns a list of them into a `
 
 The pieces:
   * splitting: ``proportional_counts`` (largest remainder, no empty part), ``split_stage``,
-    ``equal_ranges`` / ``capacity_ranges`` (the MODEL.md split families, so a plan built with
+    ``equal_ranges`` / ``capacity_ranges`` (the docs/model.md split families, so a plan built with
     them is inside the search space when the family is listed);
   * device facts: ``rates`` (effective linear MAC/s), ``speed_weights`` (the capacity speeds),
     ``fastest_device``, ``mean_in_bandwidth``;
@@ -150,7 +150,7 @@ def split_stage(first: int, last: int, axis: str, n: int, devices: Sequence[int]
 
 
 def equal_ranges(n: int, k: int) -> list[tuple[int, int]]:
-    """The ``equal`` family: k parts, cut i = round(i x n / k) (MODEL.md section 5)."""
+    """The ``equal`` family: k parts, cut i = round(i x n / k) (docs/model.md section 5)."""
     return ranges_from_cuts(equal_cuts(n, k), n)
 
 

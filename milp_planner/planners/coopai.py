@@ -11,7 +11,7 @@ partition opportunities as the menu:
     ``fusion_limit - 1`` following layers (a fused chain keeps each slice on the same device,
     so nothing is exchanged inside the chain); an unpartitioned chain of up to
     ``fusion_limit`` layers on one device is a candidate too;
-  * the partition cuts rows in proportion to device speed (MODEL.md ``capacity`` family, devices
+  * the partition cuts rows in proportion to device speed (docs/model.md ``capacity`` family, devices
     in instance order) when the instance lists ``capacity`` among its splits, else equally (the
     ``equal`` family, which is what CoopAI's homogeneous Raspberry Pi setting amounts to, and
     DIAPASON's default ``parttype``); option ``split: equal|capacity`` forces one; if a part

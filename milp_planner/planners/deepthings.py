@@ -5,7 +5,7 @@ as characterised by DistrEdge (IPDPS 2022): "equal-split, one fused-layers" and 
 multiple fused-layers"; both assume homogeneous devices and ignore the network.
 
 ``deepthings``: the first ``depth`` layers (all row-splittable) form one fused block whose
-output rows are split equally among all devices (MODEL.md ``equal`` cuts, devices in instance
+output rows are split equally among all devices (docs/model.md ``equal`` cuts, devices in instance
 order; with fewer rows than devices, fewer parts); every later layer runs on one device (one
 stage per layer). DeepThings tiles a 2-D grid (FTP); our plans cut rows only, so the tiles are
 horizontal strips. DeepThings' fused depth and gateway device are configuration choices of the

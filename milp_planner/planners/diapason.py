@@ -49,7 +49,7 @@ Decoding and its repair (the paper leaves both open; docs/diapason.md):
     chain. If the chain reaches its parent, the stage is the parent's split of the fused
     layers. If the parent (or an intermediate PO) was not selected, the fused layers chosen
     so far form a stage of their own, ending at the last of them, with the parent's cut
-    points mapped onto that layer's rows at the same fractions (round half up, as MODEL.md
+    points mapped onto that layer's rows at the same fractions (round half up, as docs/model.md
     cuts exit tensors) and the same devices; slices that become empty are dropped.
   * Sublayers of one PO on the same device: consecutive ones merge into one part (the
     device computes both slices, as the relaxation priced them). If a device still holds

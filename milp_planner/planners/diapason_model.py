@@ -359,7 +359,7 @@ def enumerate_pos(instance: Instance, fusionlimit: int, parttype: str,
     # has at most fusionlimit layers, so 0 and 1 both mean no fusion
     for root in basics:
         if root.axis == "channels":
-            continue  # a channel stage is one layer (MODEL.md)
+            continue  # a channel stage is one layer (docs/model.md)
         for depth in range(1, fusionlimit):
             lid = root.layer - depth
             if lid < 0:

@@ -1,6 +1,6 @@
 """Exact planners: ``dp``, ``milp`` (Pyomo + HiGHS), ``cpsat`` (OR-Tools) and ``bruteforce``.
 
-All four search the instance's plan space (MODEL.md section 5). ``dp``, ``milp`` and ``cpsat``
+All four search the instance's plan space (docs/model.md section 5). ``dp``, ``milp`` and ``cpsat``
 run the rounds of ``formulations.rounds`` over the stage graph: each round is warm-started by
 the DP (``formulations.warmstart``) and solved by a driver of ``formulations.drivers``; for
 additive objectives (latency, energy) the DP's prefix and suffix bounds first remove every stage
@@ -190,7 +190,7 @@ class DPPlanner(ExactPlanner):
     name = "dp"
     description = ("dynamic program over stage boundaries and tensor layouts (exact for latency/energy; "
                    "with memory caps through a resource-constrained search within a label budget)")
-    source = "this project (MODEL.md, lessons measured); shortest path over the stage graph"
+    source = "this project (docs/model.md, lessons measured); shortest path over the stage graph"
 
     def stop_message(self, ex: Exploration) -> str:
         if ex.certified or ex.timed_out:

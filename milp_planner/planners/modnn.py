@@ -6,7 +6,7 @@ one slice per device, the slice sizes biased by the devices' computing capabilit
 connected layers are split by output neurons. No communication awareness, no fusion.
 
 Our choices where the papers are silent:
-  * computing capability = the MODEL.md capacity speed (1 / the device's time for the whole
+  * computing capability = the docs/model.md capacity speed (1 / the device's time for the whole
     model alone); rows (or output neurons) are split in that proportion by largest remainder
     over all devices, in instance order, so no part is empty (a layer with fewer rows than
     devices goes to the fastest devices, one row each);

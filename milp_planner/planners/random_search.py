@@ -2,7 +2,7 @@
 
 Source: the usual random-search baseline of design-space exploration (e.g. the comparison
 point of AutoDiCE's GA, IEEE IoT-J 2023); here it samples exactly the space the exact
-planners certify (MODEL.md section 5).
+planners certify (docs/model.md section 5).
 
 A sample is built left to right: a stage length uniform in 1..fusion_limit; a number of parts
 uniform in 1..max_parts (1 when no listed axis applies to the stage); for more than one part an
@@ -60,7 +60,7 @@ def random_stages(instance, rng: np.random.Generator) -> list:
 class RandomSearchPlanner(Planner):
     name = "random"
     description = "best of N seeded random plans drawn from the instance's plan space"
-    source = "random-search baseline over the MODEL.md plan space (cf. AutoDiCE, IEEE IoT-J 2023)"
+    source = "random-search baseline over the docs/model.md plan space (cf. AutoDiCE, IEEE IoT-J 2023)"
     seeded = True
 
     option_specs = (

@@ -1,4 +1,4 @@
-"""The plan space of an instance (MODEL.md section 5): stage lengths, part counts, cut families.
+"""The plan space of an instance (docs/model.md section 5): stage lengths, part counts, cut families.
 
 ``cut_vectors(instance, n, k)`` lists the interior cut points a stage with ``n`` rows (or
 channels) may use with ``k`` parts; ``out_of_space(plan, instance)`` says why a valid plan lies

@@ -1,4 +1,4 @@
-"""Stage geometry: what each part of a stage computes, reads and owns (MODEL.md section 3).
+"""Stage geometry: what each part of a stage computes, reads and owns (docs/model.md section 3).
 
 Everything here is device-free: it depends only on the layer graph, the stage's layers,
 its axis and its part ranges. The evaluator prices it; the exact formulations enumerate it.
@@ -60,7 +60,7 @@ def full_region(graph: LayerGraph, tensor: str) -> Region:
 
 
 def round_half_up(p: int, q: int) -> int:
-    """round(p / q) half up on the exact rational: floor((2p + q) / 2q) (MODEL.md section 3)."""
+    """round(p / q) half up on the exact rational: floor((2p + q) / 2q) (docs/model.md section 3)."""
     return (2 * p + q) // (2 * q)
 
 

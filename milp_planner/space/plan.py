@@ -1,4 +1,4 @@
-"""The plan: stages of consecutive layers, each split into parts on devices (MODEL.md section 3).
+"""The plan: stages of consecutive layers, each split into parts on devices (docs/model.md section 3).
 
 ``Plan.from_json`` / ``Plan.to_json`` read and write the documented JSON format;
 ``check_plan(plan, instance)`` raises ``PlannerError`` for a structurally broken plan.

@@ -1,4 +1,4 @@
-"""Import an ONNX model as a ``LayerGraph`` (MODEL.md section 2).
+"""Import an ONNX model as a ``LayerGraph`` (docs/model.md section 2).
 
 ``import_onnx(model, input_shape=None, name=None)`` reads an ``.onnx`` file (or takes a
 ``ModelProto``) and returns the layers after folding, with shapes, MACs, ops, parameter
@@ -7,7 +7,7 @@ counts and row dependencies. It never reads weight data: the file is loaded with
 inference runs on a copy of the graph whose large initializers are replaced by dims-only
 stubs, so a model with gigabytes of weights is inspected in the memory of its graph.
 
-Decisions where MODEL.md is silent (documented here, relied on by the tests):
+Decisions where docs/model.md is silent (documented here, relied on by the tests):
 
 * Constants. A tensor is constant when it is an initializer, the output of a ``Constant``,
   ``ConstantOfShape``, ``Shape`` or ``Size`` node (shapes are static once the input shape is
@@ -26,7 +26,7 @@ Decisions where MODEL.md is silent (documented here, relied on by the tests):
   ``Mul(x, Sigmoid(x))`` / ``Mul(x, HardSigmoid(x))`` (recorded as ``Swish`` / ``HardSwish``).
   When a pattern cannot be folded into its producer it becomes one layer of that op.
   A folded op must keep its input's shape (a broadcasting Add is not a bias).
-* Row dependency beyond MODEL.md's list: ``Pad`` (constant mode, pads known) is a window of
+* Row dependency beyond docs/model.md's list: ``Pad`` (constant mode, pads known) is a window of
   kernel 1 and ``pad_top`` = the H padding; ``DepthToSpace`` / ``SpaceToDepth`` are a
   nearest resize by the block size (exact); ``Split`` along channels is ``identity``.
   An elementwise layer whose activation inputs do not all have the output's H (a broadcast

@@ -1,4 +1,4 @@
-"""MACs, ops and parameters of a layer (MODEL.md section 2).
+"""MACs, ops and parameters of a layer (docs/model.md section 2).
 
 A count that cannot be computed is never a silent 0: MACs of a weight op whose sizes are
 unknown are an error naming the layer, and a weight whose shape is unknown is a warning

@@ -1,4 +1,4 @@
-"""Layer conversion: ONNX nodes -> folded layers of a ``LayerGraph`` (MODEL.md section 2).
+"""Layer conversion: ONNX nodes -> folded layers of a ``LayerGraph`` (docs/model.md section 2).
 
 Constant-only nodes (weights, shapes, weight preprocessing) are not layers; Identity and
 Dropout are aliases; activations, BatchNormalization and bias Add/Mul fold into the single

@@ -27,7 +27,7 @@ class Node:
 
     @property
     def display_name(self) -> str:
-        """The ONNX node name, else its first output's name (MODEL.md section 2)."""
+        """The ONNX node name, else its first output's name (docs/model.md section 2)."""
         return self.name or (self.outputs[0] if self.outputs else self.op)
 
     @property

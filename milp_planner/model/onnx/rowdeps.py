@@ -1,4 +1,4 @@
-"""Row dependencies: which rows of its inputs a layer's output rows read (MODEL.md section 2)."""
+"""Row dependencies: which rows of its inputs a layer's output rows read (docs/model.md section 2)."""
 
 from __future__ import annotations
 
