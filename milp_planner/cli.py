@@ -11,52 +11,17 @@ or a broken pipe ends the command quietly with status 1.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import warnings
 
 from milp_planner import __version__
+from milp_planner.cli_args import Parser, SEED, THREADS, TIME_LIMIT, integer, shape
 from milp_planner.errors import PlannerError
 
 
-def _shape(text: str) -> tuple[int, ...]:
-    try:
-        dims = tuple(int(x) for x in text.replace("x", ",").split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--input-shape: {text!r} is not like N,C,H,W") from None
-    if not dims or any(d <= 0 for d in dims):
-        raise argparse.ArgumentTypeError(f"--input-shape: {text!r} must be positive integers")
-    if any(d > 1 << 20 for d in dims):
-        raise argparse.ArgumentTypeError(f"--input-shape: {text!r} has a dimension above {1 << 20}")
-    return dims
 
 
-def _time_limit(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(x) or x <= 0 or x > 1e7:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds, > 0 and <= 1e7")
-    return x
-
-
-def _int_in(lo: int, hi: int):
-    def parse(text: str) -> int:
-        try:
-            x = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if not lo <= x <= hi:
-            raise argparse.ArgumentTypeError(f"{text!r} must be from {lo} to {hi}")
-        return x
-    parse.__name__ = "integer"
-    return parse
-
-
-THREADS = _int_in(1, 1024)
-SEED = _int_in(0, 2**32 - 1)
 
 
 def _print_json(obj) -> None:
@@ -178,8 +143,6 @@ def cmd_solve(args) -> int:
     planner = get_planner(args.planner, **options)  # options checked before any work
     compare = parse_baselines(args.compare, args.planner)
     compare_limit = DEFAULT_BASELINE_TIME_LIMIT if args.compare_time_limit is None else args.compare_time_limit
-    if not (compare_limit > 0 and compare_limit < float("inf")):
-        raise PlannerError(f"--compare-time-limit: must be finite and > 0 seconds (got {compare_limit:g})")
     if args.out:
         check_output_path(args.out, inputs=[resolve_instance_path(args.instance)])
     inst = _load_instance(args)
@@ -234,7 +197,7 @@ COMMANDS = {"report": _add_report, "deploy": _add_deploy, "profile": _add_profil
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="milp-planner",
         description="Plan, and certify, how one neural network runs across several edge devices.",
     )
@@ -243,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("inspect", help="layers of a model or an instance's model, with MACs and params")
     s.add_argument("target", help="an .onnx file, zoo:NAME[:SIZE], or an instance file")
-    s.add_argument("--input-shape", type=_shape, help="fix symbolic input dims, e.g. 1,3,224,224")
+    s.add_argument("--input-shape", type=shape, help="fix symbolic input dims, e.g. 1,3,224,224")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     s.set_defaults(func=cmd_inspect)
 
@@ -253,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = zs.add_parser("export", help="write a zoo model with deterministic random weights")
     e.add_argument("name")
     e.add_argument("out")
-    e.add_argument("--size", type=int, default=None, help="input height and width")
+    e.add_argument("--size", type=integer(1, 1 << 16), default=None, help="input height and width")
     e.add_argument("--seed", type=SEED, default=0)
     s.set_defaults(func=cmd_zoo)
 
@@ -276,18 +239,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("instance")
     s.add_argument("--planner", default="milp", help="planner name (see `milp-planner planners`)")
     s.add_argument("--objective", choices=["latency", "energy", "period", "memory"])
-    s.add_argument("--time-limit", type=_time_limit, default=None, help="seconds (finite, > 0)")
+    s.add_argument("--time-limit", type=TIME_LIMIT, default=None, help="seconds (finite, > 0)")
     s.add_argument("--threads", type=THREADS, default=1, help="solver threads (>= 1)")
     s.add_argument("--seed", type=SEED, default=0, help="random seed (>= 0)")
     s.add_argument("--option", "-O", action="append", metavar="KEY=VALUE", help="planner option")
-    s.add_argument("--input-shape", type=_shape)
+    s.add_argument("--input-shape", type=shape)
     s.add_argument("--out", help="write the plan as JSON")
     s.add_argument("--json", action="store_true")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress")
     s.add_argument("--compare", metavar="PLANNERS",
                    help="baselines to run on the same instance and compare with the result, comma-separated "
                         "(default for exact planners: neurosurgeon,modnn,coopai; 'none' for none)")
-    s.add_argument("--compare-time-limit", type=float, metavar="S", help="seconds per baseline (default 10)")
+    s.add_argument("--compare-time-limit", type=TIME_LIMIT, metavar="S", help="seconds per baseline (default 10)")
     s.add_argument("--detail", action="store_true",
                    help="also every layer's rows (halos included), the transfers and every metric")
     s.set_defaults(func=cmd_solve)

@@ -3,28 +3,11 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
-
-def _positive_float(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not x > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return x
+from milp_planner.cli_args import COUNT, TIME_LIMIT
 
 
-def _positive_int(text: str) -> int:
-    try:
-        x = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if x < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return x
 
 
 def cmd_deploy(args) -> int:
@@ -81,12 +64,12 @@ def add_deploy_parsers(sub) -> None:
     s = sub.add_parser("run", help="run a deployment with one MPI rank per device on this machine")
     s.add_argument("folder", help="a folder written by deploy")
     s.add_argument("--input", help="a .npy file with the model input (default: seeded noise)")
-    s.add_argument("--repeat", type=_positive_int, default=5, help="timed runs after one warm-up (default 5)")
+    s.add_argument("--repeat", type=COUNT, default=5, help="timed runs after one warm-up (default 5)")
     s.add_argument("--check", action="store_true", help="compare the outputs with the unsplit model")
     s.add_argument("--emulate-network", action="store_true",
                    help="hold every message for its modelled transfer time (bandwidth and latency of the instance)")
     s.add_argument("--json", action="store_true")
-    s.add_argument("--timeout", type=_positive_float, default=120.0, help="seconds before every rank is stopped")
+    s.add_argument("--timeout", type=TIME_LIMIT, default=120.0, help="seconds before every rank is stopped")
     s.set_defaults(func=cmd_run)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from milp_planner.cli_args import integer, shape
+
 
 def _fractions(text: str) -> tuple[float, ...]:
     try:
@@ -15,17 +17,6 @@ def _fractions(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"--fractions: {text!r} must be numbers in (0, 1]")
     return tuple(sorted(set(fr)))
 
-
-def _positive(name: str, minimum: int):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not an integer") from None
-        if v < minimum:
-            raise argparse.ArgumentTypeError(f"{name}: must be >= {minimum} (got {v})")
-        return v
-    return parse
 
 
 def cmd_profile(args) -> int:
@@ -53,7 +44,6 @@ def cmd_profile(args) -> int:
 
 def add_profile_parser(sub) -> None:
     """Register ``milp-planner profile`` on the CLI's subparsers."""
-    from milp_planner.cli import _shape
 
     s = sub.add_parser(
         "profile",
@@ -63,10 +53,10 @@ def add_profile_parser(sub) -> None:
                     "instance uses as `profile: FILE.yaml`.",
     )
     s.add_argument("model", help="zoo:NAME[:SIZE] or an .onnx file")
-    s.add_argument("--input-shape", type=_shape, help="fix the input shape, e.g. 1,3,64,64")
+    s.add_argument("--input-shape", type=shape, help="fix the input shape, e.g. 1,3,64,64")
     s.add_argument("--out", required=True, help="the device file to write (.yaml)")
-    s.add_argument("--repeats", type=_positive("--repeats", 1), default=20, help="timed runs (median); default 20")
-    s.add_argument("--warmup", type=_positive("--warmup", 0), default=3, help="untimed runs first; default 3")
+    s.add_argument("--repeats", type=integer(1, 100_000), default=20, help="timed runs (median); default 20")
+    s.add_argument("--warmup", type=integer(0, 100_000), default=3, help="untimed runs first; default 3")
     s.add_argument("--fractions", type=_fractions, default=(0.25, 0.5, 1.0),
                    help="row and channel fractions to measure; default 0.25,0.5,1")
     s.add_argument("--no-context", action="store_true",

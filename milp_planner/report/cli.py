@@ -7,48 +7,15 @@ options, ``--out`` (a directory that can be written and is not an input), ``--ca
 
 from __future__ import annotations
 
-import math
 import signal
 import sys
 
+from milp_planner.cli_args import COUNT, TIME_LIMIT, seconds
 from milp_planner.errors import PlannerError
 from milp_planner.planners.base import parse_option_text
 
 
-def _positive_float(text: str) -> float:
-    import argparse
 
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(x) and 0 < x <= 1e7):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0 and <= 1e7")
-    return x
-
-
-def _time_limit(text: str) -> float:
-    import argparse
-
-    try:
-        x = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(x) and 0 <= x <= 1e7):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds from 0 (none) to 1e7")
-    return x
-
-
-def _count(text: str) -> int:
-    import argparse
-
-    try:
-        x = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 1 <= x <= 10_000:
-        raise argparse.ArgumentTypeError(f"{text!r} must be from 1 to 10000")
-    return x
 
 
 def check_report_args(args, options: dict[str, dict]) -> None:
@@ -125,12 +92,12 @@ def add_report_parser(sub):
     )
     s.add_argument("instances", nargs="+", metavar="INSTANCE", help="instance files (.yaml, .yml, .json)")
     s.add_argument("--planners", default="all", help="'all' (default) or a comma-separated list of planner names")
-    s.add_argument("--time-limit", type=_time_limit, default=60.0, metavar="S",
+    s.add_argument("--time-limit", type=seconds(allow_zero=True), default=60.0, metavar="S",
                    help="seconds per run (default 60; 0 = none). A run not back after S x 1.5 + --grace is killed")
-    s.add_argument("--repeats", type=_count, default=3, metavar="N",
+    s.add_argument("--repeats", type=COUNT, default=3, metavar="N",
                    help="seeds 0..N-1 for seeded planners (default 3); other planners run once")
     s.add_argument("--out", default="report", metavar="DIR", help="output directory (default ./report)")
-    s.add_argument("--workers", type=_count, default=None, metavar="N",
+    s.add_argument("--workers", type=COUNT, default=None, metavar="N",
                    help="parallel runs (default: the CPU count); with --dask local, the number of Dask workers")
     s.add_argument("--dask", metavar="ADDRESS|local",
                    help="run on a Dask distributed scheduler (tcp://host:8786) or a new LocalCluster ('local'); "
@@ -139,7 +106,7 @@ def add_report_parser(sub):
     s.add_argument("--option", "-O", action="append", metavar="PLANNER.KEY=VALUE",
                    help="a planner option (part of the cache key); repeatable")
     s.add_argument("--retry-failed", action="store_true", help="run again the cached runs that crashed or were killed")
-    s.add_argument("--grace", type=_positive_float, default=30.0, metavar="S",
+    s.add_argument("--grace", type=TIME_LIMIT, default=30.0, metavar="S",
                    help="extra seconds before an overrunning run is killed (default 30)")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     s.set_defaults(func=cmd_report)

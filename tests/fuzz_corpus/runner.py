@@ -87,8 +87,7 @@ def classify(case: Case, res: Result, before: dict[str, str]) -> None:
         return
     refused = res.rc == 2
     if refused:
-        # argparse errors print the usage line first: accept usage + one message
-        message = [ln for ln in lines if not ln.startswith(("usage:", " "))]
+        message = lines  # argparse errors too are one line (cli_args.Parser)
         if len(message) != 1:
             res.outcome, res.reason = "unclear error", f"{len(message)} message lines"
             return

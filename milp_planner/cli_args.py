@@ -1,0 +1,64 @@
+"""Argument types shared by every subcommand: each refuses a bad value with argparse's one-line error."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+MAX_SECONDS = 1e7
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``PROG: error: ...``, exit 2), no usage block;
+    ``--help`` still prints the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def integer(lo: int, hi: int):
+    """An integer from ``lo`` to ``hi``."""
+    def parse(text: str) -> int:
+        try:
+            x = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lo <= x <= hi:
+            raise argparse.ArgumentTypeError(f"{text!r} must be from {lo} to {hi}")
+        return x
+    parse.__name__ = "integer"
+    return parse
+
+
+def seconds(allow_zero: bool = False):
+    """A finite number of seconds, > 0 (or >= 0, where 0 means none), at most ``MAX_SECONDS``."""
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not (math.isfinite(x) and (x >= 0 if allow_zero else x > 0) and x <= MAX_SECONDS):
+            low = "from 0 (none)" if allow_zero else "> 0 and"
+            raise argparse.ArgumentTypeError(f"{text!r} must be a finite number of seconds, {low} <= {MAX_SECONDS:g}")
+        return x
+    parse.__name__ = "seconds"
+    return parse
+
+
+def shape(text: str) -> tuple[int, ...]:
+    """An input shape like ``1,3,224,224`` (or ``1x3x224x224``)."""
+    try:
+        dims = tuple(int(x) for x in text.replace("x", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--input-shape: {text!r} is not like N,C,H,W") from None
+    if not dims or any(d <= 0 for d in dims):
+        raise argparse.ArgumentTypeError(f"--input-shape: {text!r} must be positive integers")
+    if any(d > 1 << 20 for d in dims):
+        raise argparse.ArgumentTypeError(f"--input-shape: {text!r} has a dimension above {1 << 20}")
+    return dims
+
+
+TIME_LIMIT = seconds()
+THREADS = integer(1, 1024)
+SEED = integer(0, 2**32 - 1)
+COUNT = integer(1, 10_000)
