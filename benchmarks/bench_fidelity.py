@@ -313,6 +313,13 @@ def reading(out: dict) -> list[str]:
     rest = [f"{r['model']} {breakdown(r)['rest_s'] * 1e3:.1f} ms over {r['plan']['stages']} stages"
             for r in one]
     shares = [r["speed"]["share"] for r in ok if r.get("speed")]
+    loaded = _loaded(out["machine"])
+    slower = []
+    for model, rs in per_model.items():
+        ratios = [breakdown(r)["compute_meas_s"] / breakdown(r)["compute_alone_s"]
+                  for r in rs if breakdown(r)["compute_alone_s"] > 0]
+        if ratios:
+            slower.append(f"{model} x{min(ratios):.2f} to x{max(ratios):.2f}")
     share_txt = f"{min(shares):.2f} to {max(shares):.2f}" if shares else "-"
     return [
         "## Reading the numbers",
@@ -322,27 +329,34 @@ def reading(out: dict) -> list[str]:
         "finds its weights in cache; inside a worker the other stages ran in between, which is what "
         "the profile's context step measures (ResNet-18's large last-block convolutions, "
         "`layers alone` in the first table).",
-        "- **The cores are shared.** The profile holds CPU time; a run is measured in elapsed time on "
-        "a machine where other jobs kept both cores busy (load average in the header). A one-thread "
-        f"process got {share_txt} of a core (`core share`). A stage that computes for milliseconds is "
-        "preempted during its run, so its measured compute grows by about 1 / share (VGG); stages of "
-        "tens of microseconds mostly run between preemptions, and the share measured on a "
-        "1.5 ms model says little about them.",
-        "- **The workers' own work between stages** (`rest`, for 1 rank: " + "; ".join(rest) +
-        "; medians do not add up, so a few milliseconds either way are noise): assembling each part's inputs from the owned and received regions, storing its outputs, "
-        "a `run` call per stage, MPI calls, and the time the rank waited for a core there. The cost "
-        "model has per-layer costs only, so a plan of many short stages (MobileNetV2: each stage "
-        "computes for tens of microseconds) is predicted far too fast. Its stage runs also take two to three times as long inside the "
-        "worker as alone, which we did not explain further (cold caches after the Python work "
-        "between them are likely).",
+        ("- **The cores.** The profile holds CPU time; a run is measured in elapsed time. "
+         + ("Other jobs kept both cores busy during this run (load average in the header). "
+            if loaded else "Nothing else ran on the machine during this run. ")
+         + f"A one-thread process got {share_txt} of a core (`core share`). A stage that computes "
+         "for milliseconds is preempted when other work is runnable, so its measured compute grows by "
+         "about 1 / share; stages of tens of microseconds mostly run between preemptions."),
+        "- **Inside the workers, the same sub-models run slower than alone** (measured compute over "
+        "`models alone`: " + "; ".join(slower) + "). The per-layer table prices each layer's kernel in "
+        "a whole-model run; what it does not charge is each stage's own `run` call (binding inputs, "
+        "allocating fresh outputs, its first touch of memory) and the caches the Python and MPI work "
+        "between stages leaves cold. That cost is per stage, so plans of many short stages "
+        "(ResNet-18 and MobileNetV2 at these sizes: tens to hundreds of microseconds per stage) are "
+        "predicted too fast, while VGG's millisecond stages are not. `rest`, for 1 rank ("
+        + "; ".join(rest) + "), is the workers' work outside the timed `run` calls; medians do not "
+        "add up, so a few tenths of a millisecond either way are noise.",
         "- **Two ranks on two cores.** Two ranks run truly in parallel only when the scheduler gives "
-        "both a core at once; with other jobs runnable, it often does not, so the parallel stages of a "
-        "2-rank plan gain less than predicted, and MPICH's blocking receive polls (busy-waits) "
+        "both a core at once; with any other process runnable (the launcher, a busy-waiting peer), it "
+        "often does not, so the parallel stages of a 2-rank plan gain less than predicted, and MPICH's blocking receive polls (busy-waits) "
         "by default, taking a core from the other rank and the other jobs. A measured receive also holds the "
         "wait for the sender to reach the stage, so for 2 ranks `stages` over-counts and `rest` is not "
         "meaningful. The emulated links themselves follow the model (the receiver sleeps until the "
         "modelled arrival).",
     ]
+
+
+def _loaded(machine: dict) -> bool:
+    """Whether other work ran: the 1-minute load average before the run is above half a core."""
+    return machine["loadavg_before"][0] > 0.5
 
 
 def render(out: dict) -> str:
@@ -357,8 +371,9 @@ def render(out: dict) -> str:
         "# Fidelity: predicted against measured latency",
         "",
         f"Recorded on {m['date']} with `benchmarks/bench_fidelity.py` on {m['host']}; load average "
-        f"{m['loadavg_before'][0]:.2f} before, {m.get('loadavg_after', ['?'])[0]} after: other work shared "
-        "the 2 cores throughout.",
+        f"{m['loadavg_before'][0]:.2f} before, {m.get('loadavg_after', ['?'])[0]} after"
+        + (": other work shared the 2 cores throughout." if _loaded(m) else
+           " (the benchmark's own processes): nothing else ran."),
         "",
         f"Setup: each model profiled on this host (`milp-planner profile`: CPU time, one thread, "
         f"{s['profile_repeats']} repeats, in context); plans by `dp` (latency, fusion limit {s['fusion']}, "
