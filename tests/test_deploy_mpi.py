@@ -57,9 +57,11 @@ def test_run_emulated_network_holds_messages(tmp_path):
     assert r["max_abs_err"] == 0.0
     pi5 = r["per_stage"][0]["devices"][1]
     assert pi5["device"] == "pi5" and pi5["predicted_recv_s"] > 1e-3
-    assert pi5["recv_s"] >= 0.95 * pi5["predicted_recv_s"]
-    plain = run_deployment(dep, repeat=3, timeout=60)
-    assert plain["per_stage"][0]["devices"][1]["recv_s"] < pi5["predicted_recv_s"]
+    # The message is held until its send time + its modelled transfer time, and the run starts
+    # before the send: no run can be shorter than that transfer. (pi5's own measured receive
+    # starts when pi5 begins waiting, which may be after the send, so it may be shorter.)
+    assert min(r["latencies_s"]) >= pi5["predicted_recv_s"]
+    assert pi5["recv_s"] > 0
 
 
 def test_cli_run_json(feat_dep, capsys, tmp_path):

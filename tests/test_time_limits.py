@@ -139,7 +139,7 @@ def test_many_devices_with_capacity_splits_count_speeds_not_orders(tmp_path):
     cuts._CACHE.clear()
     t0 = time.perf_counter()
     vectors = cuts.cut_vectors(inst, 28, 3)
-    assert time.perf_counter() - t0 < 2
+    assert time.perf_counter() - t0 < 10  # device orders would take hours
     assert 1 <= len(vectors) <= 2 ** 3 + 1
 
 
