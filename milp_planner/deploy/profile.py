@@ -56,6 +56,7 @@ import onnx
 import yaml
 from onnx import helper, numpy_helper
 
+from milp_planner.deploy.runtime import session_options  # the same settings as a deployed rank
 from milp_planner.errors import PlannerError
 from milp_planner.io import write_atomic
 from milp_planner.model.graph import Layer, LayerGraph, input_rows, length
@@ -416,12 +417,7 @@ def channel_cut(sub: onnx.ModelProto, layer: Layer, c: int) -> tuple[onnx.ModelP
 def _session(model: onnx.ModelProto):
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
 
 
 _NP_TYPES = {1: np.float32, 10: np.float16, 11: np.float64, 6: np.int32, 7: np.int64}
@@ -570,11 +566,7 @@ def context_times(model: onnx.ModelProto, graph: LayerGraph, settings: ProfileSe
     for layer in graph.layers:
         owner.setdefault(layer.output, layer.name)
     with tempfile.TemporaryDirectory(prefix="milp-profile-") as tmp:
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 1
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        so.log_severity_level = 3
+        so = session_options()
         so.enable_profiling = True
         so.profile_file_prefix = str(Path(tmp) / "ort")
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
