@@ -210,6 +210,10 @@ class SolveContext:
             self.progress(info)
 
 
+#: a proven relative gap at most this is ``optimal`` (docs/model.md section 6)
+OPTIMAL_GAP = 1e-6
+
+
 @dataclass
 class PlanResult:
     """A plan plus what the planner knows about it. ``value`` is the evaluator's objective."""
@@ -288,6 +292,9 @@ class Planner:
             if out.status == "feasible" and not out.metrics.feasible:
                 out.status = "infeasible"
                 out.message = out.message or "; ".join(out.metrics.violations)
+            elif (out.status in ("feasible", "timeout") and out.metrics.feasible
+                  and out.gap is not None and out.gap <= OPTIMAL_GAP):
+                out.status = "optimal"  # a proven gap this small is optimal, whatever stopped the run
         if not out.space:
             out.space = space_dict(instance)
         return out
