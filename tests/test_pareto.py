@@ -132,3 +132,27 @@ def test_next_cap_is_strictly_below_and_hypervolume():
     assert hypervolume([(1.0, 2.0), (2.0, 1.0)], [3.0, 3.0]) == pytest.approx(3.0)
     assert hypervolume([(4.0, 4.0)], [3.0, 3.0]) == 0.0
     assert math.isfinite(hypervolume([], [1.0, 1.0]))
+
+
+def test_cli_json_and_out(tmp_path, capsys):
+    inst = "instances/examples/tiny-fc-2dev.yaml"
+    assert main(["pareto", inst, "--objectives", "latency,energy", "--json", "--out", str(tmp_path / "f")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["certified"] is True and data["objectives"] == ["latency", "energy"]
+    assert data["reference_point"] and data["hypervolume"] > 0
+    for p in data["points"]:
+        assert set(p["metrics"]) >= {"latency_s", "energy_j", "period_s", "memory_bytes"}
+        assert p["status"] == "optimal" and p["plan"]["stages"]
+    assert (tmp_path / "f" / "front.png").stat().st_size > 1000
+    rows = (tmp_path / "f" / "front.csv").read_text().splitlines()
+    assert len(rows) == len(data["points"]) + 1 and rows[0].startswith("point,latency,energy")
+    assert json.loads((tmp_path / "f" / "front.json").read_text())["points"] == data["points"]
+
+
+def test_cli_bad_input_is_one_line(capsys):
+    inst = "instances/examples/tiny-fc-2dev.yaml"
+    assert main(["pareto", inst, "--objectives", "latency,period"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "period" in err
+    assert main(["pareto", inst, "--planner", "dp"]) == 2
+    assert "dp" in capsys.readouterr().err
