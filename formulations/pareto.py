@@ -298,10 +298,11 @@ def lower_bound_set_2d(steps: list[BoundStep], f1: str, f2: str) -> list[dict[st
     (b_k, eps_{k+1}); below the last cap, above (b_last, 0)."""
     out = []
     for k, s in enumerate(steps):
-        if s.bound is None or s.bound == math.inf:
+        if s.bound == math.inf:  # proven infeasible: nothing in that band
             continue
         below = steps[k + 1].caps.get(f2, 0.0) if k + 1 < len(steps) else 0.0
-        out.append({f1: float(s.bound), f2: float(max(0.0, below))})
+        bound = 0.0 if s.bound is None else max(0.0, float(s.bound))  # no bound proven: f1 >= 0 only
+        out.append({f1: bound, f2: float(max(0.0, below))})
     return out
 
 

@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from test_exact import CASES
@@ -108,8 +109,7 @@ def test_custom_solve_sees_extra_constraints():
 
     def solve(capped, objective, time_limit):
         only_a = capped_instance(capped, {})
-        only_a.devices = tuple(d if d.name == "a" else type(d)(**{**d.__dict__, "memory_bytes": 0})
-                               for d in only_a.devices)
+        only_a.devices = tuple(d if d.name == "a" else replace(d, memory_bytes=0) for d in only_a.devices)
         res = get_planner("milp").solve(only_a, objective=objective, time_limit=time_limit)
         return res if res.plan is not None else PlanResult("milp", res.status, objective)
 
