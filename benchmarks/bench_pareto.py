@@ -3,7 +3,7 @@
 Per case: the ε-constraint front with ``milp`` within ``--time-limit`` seconds (certified, or the
 points found with their lower bound set and hypervolume gap), and the hypervolume of the
 ``autodice`` planner's (NSGA-II) Pareto set, re-scored by the evaluator, as a fraction of the
-front's, both with the front's reference point (its nadir x 1.1). AutoDiCE optimises period,
+front's, both with one reference point: the nadir of the union of the two sets x 1.1. AutoDiCE optimises period,
 max memory per device and energy; ``pareto`` has no period cap yet, so those instances run
 energy x memory. Writes ``benchmarks/results/pareto.json`` and ``pareto-table.md``.
 
@@ -55,9 +55,15 @@ def run_case(path: str, objectives: list[str], time_limit: float, nsga_limit: fl
     nd = [v for v in vecs if not any(w != v and all(a <= b for a, b in zip(w, v)) for w in vecs)]
     row["nsga_time_s"] = time.perf_counter() - t1
     row["nsga_points"] = len(nd)
-    row["nsga_hypervolume"] = hypervolume(nd, front.reference) if front.reference else None
-    row["nsga_fraction"] = (row["nsga_hypervolume"] / front.hypervolume
-                            if front.hypervolume and row["nsga_hypervolume"] is not None else None)
+    row["nsga_front"] = nd
+    # one reference point for both sets: the nadir of their union x 1.1
+    both = front.vectors() + nd
+    ref = [1.1 * max(v[i] for v in both) for i in range(len(objectives))] if both else None
+    row["comparison_reference"] = ref
+    row["front_hypervolume_vs_nsga_ref"] = hypervolume(front.vectors(), ref) if ref else None
+    row["nsga_hypervolume"] = hypervolume(nd, ref) if ref else None
+    row["nsga_fraction"] = (row["nsga_hypervolume"] / row["front_hypervolume_vs_nsga_ref"]
+                            if row["front_hypervolume_vs_nsga_ref"] and row["nsga_hypervolume"] is not None else None)
     return row
 
 
