@@ -192,8 +192,14 @@ def _add_profile(sub):
     add_profile_parser(sub)
 
 
+def _add_pareto(sub):
+    from milp_planner.report.pareto_cli import add_pareto_parser
+
+    add_pareto_parser(sub)
+
+
 # extra subcommands: name -> function(subparsers) that registers them
-COMMANDS = {"report": _add_report, "deploy": _add_deploy, "profile": _add_profile}
+COMMANDS = {"report": _add_report, "deploy": _add_deploy, "profile": _add_profile, "pareto": _add_pareto}
 
 
 def build_parser() -> argparse.ArgumentParser:

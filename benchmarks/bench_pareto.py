@@ -1,0 +1,110 @@
+"""Pareto fronts (``formulations.pareto``) on the AutoDiCE and DIAPASON instances, against NSGA-II.
+
+Per case: the ε-constraint front with ``milp`` within ``--time-limit`` seconds (certified, or the
+points found with their lower bound set and hypervolume gap), and the hypervolume of the
+``autodice`` planner's (NSGA-II) Pareto set, re-scored by the evaluator, as a fraction of the
+front's, both with one reference point: the nadir of the union of the two sets x 1.1. AutoDiCE optimises period,
+max memory per device and energy; ``pareto`` has no period cap yet, so those instances run
+energy x memory. Writes ``benchmarks/results/pareto.json`` and ``pareto-table.md``.
+
+    python benchmarks/bench_pareto.py --time-limit 90 --nsga-time-limit 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).parent / "results"
+CASES = ([(f"instances/autodice/{m}-xaviernx-4.yaml", ["energy", "memory"]) for m in ("vgg19", "resnet101",
+                                                                                      "densenet121")]
+         + [(str(p.relative_to(ROOT)), ["latency", "energy"]) for p in sorted((ROOT / "instances/diapason").glob("*.yaml"))])
+
+
+def run_case(path: str, objectives: list[str], time_limit: float, nsga_limit: float) -> dict:
+    from formulations.pareto import hypervolume
+    from milp_planner.cost.evaluator import evaluate
+    from milp_planner.instance import load_instance
+    from milp_planner.planners import get_planner
+    from milp_planner.space.plan import Plan
+    from formulations.pareto import pareto_front
+
+    inst = load_instance(ROOT / path)
+    t0 = time.perf_counter()
+    front = pareto_front(inst, objectives, time_limit=time_limit)
+    row = {"instance": path, "objectives": objectives, "time_s": time.perf_counter() - t0,
+           "certified": front.certified, "points": len(front.points), "solves": front.solves,
+           "hypervolume": front.hypervolume, "reference": front.reference,
+           "bound_hypervolume": front.bound_hypervolume, "hypervolume_gap": front.hypervolume_gap,
+           "message": front.message, "front": [p.values for p in front.points], "bound_set": front.bound_set}
+    t1 = time.perf_counter()
+    res = get_planner("autodice").solve(inst, objective=objectives[0], time_limit=nsga_limit)
+    vecs = []
+    for entry in res.info.get("pareto", []):
+        m = evaluate(Plan.from_dict(entry["plan"]), inst)
+        if m.feasible:
+            vecs.append(tuple(m.value(o) for o in objectives))
+    vecs = sorted(set(vecs))
+    nd = [v for v in vecs if not any(w != v and all(a <= b for a, b in zip(w, v)) for w in vecs)]
+    row["nsga_time_s"] = time.perf_counter() - t1
+    row["nsga_points"] = len(nd)
+    row["nsga_front"] = nd
+    # one reference point for both sets: the nadir of their union x 1.1
+    both = front.vectors() + nd
+    ref = [1.1 * max(v[i] for v in both) for i in range(len(objectives))] if both else None
+    row["comparison_reference"] = ref
+    row["front_hypervolume_vs_nsga_ref"] = hypervolume(front.vectors(), ref) if ref else None
+    row["nsga_hypervolume"] = hypervolume(nd, ref) if ref else None
+    row["nsga_fraction"] = (row["nsga_hypervolume"] / row["front_hypervolume_vs_nsga_ref"]
+                            if row["front_hypervolume_vs_nsga_ref"] and row["nsga_hypervolume"] is not None else None)
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    out = ["| instance | objectives | front | points | time (s) | HV gap | NSGA-II points | NSGA-II HV / front HV |",
+           "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['instance']} | {' x '.join(r['objectives'])} | error: {r['error'][:80]} | | | | | |")
+            continue
+        gap = "0" if r["certified"] else ("-" if r["hypervolume_gap"] is None else f"{r['hypervolume_gap'] * 100:.3g} %")
+        frac = "-" if r["nsga_fraction"] is None else f"{r['nsga_fraction']:.3f}"
+        out.append(f"| {Path(r['instance']).stem} | {' x '.join(r['objectives'])} | "
+                   f"{'certified' if r['certified'] else 'bounded'} | {r['points']} | {r['time_s']:.1f} | {gap} | "
+                   f"{r['nsga_points']} | {frac} |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--time-limit", type=float, default=90.0, help="seconds per front")
+    ap.add_argument("--nsga-time-limit", type=float, default=20.0, help="seconds for the autodice planner")
+    ap.add_argument("--only", help="substring of the instance paths to run")
+    args = ap.parse_args()
+    rows = []
+    for path, objs in CASES:
+        if args.only and args.only not in path:
+            continue
+        print(f"{path} {','.join(objs)} ...", file=sys.stderr, flush=True)
+        try:
+            row = run_case(path, objs, args.time_limit, args.nsga_time_limit)
+        except Exception as e:  # noqa: BLE001 - a failed case is a row, not a crash
+            row = {"instance": path, "objectives": objs, "error": f"{type(e).__name__}: {e}"}
+        rows.append(row)
+        print(table([row]).splitlines()[-1], file=sys.stderr, flush=True)
+        RESULTS.mkdir(exist_ok=True)
+        meta = {"time_limit_s": args.time_limit, "nsga_time_limit_s": args.nsga_time_limit,
+                "python": platform.python_version(), "machine": platform.machine()}
+        (RESULTS / "pareto.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        (RESULTS / "pareto-table.md").write_text(table(rows))
+
+
+if __name__ == "__main__":
+    main()

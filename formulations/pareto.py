@@ -1,0 +1,356 @@
+"""Certified Pareto fronts by the ε-constraint method with lexicographic steps.
+
+``pareto_front(instance, ["latency", "energy"])`` enumerates the non-dominated objective vectors
+of the plan space with an exact planner (``milp`` by default):
+
+- two objectives (f1, f2): minimise f1 subject to f2 <= eps; then minimise f2 subject to
+  f1 <= f1* (the lexicographic step: the point is not weakly dominated); record the point and
+  tighten eps strictly below its f2. A proven-infeasible step ends the loop: the front is
+  complete (``certified``) when every step was solved to optimality.
+- three objectives (f1, f2, f3): slices f3 <= c; in each slice the two-objective loop above, with a
+  third lexicographic step (minimise f3 subject to f1 <= f1*, f2 <= f2*); the next slice's c is
+  strictly below the largest f3 of the slice. Every non-dominated point appears in some slice.
+
+Caps are expressed through the instance (``Constraints.latency_s``/``energy_j`` and the devices'
+``memory_bytes`` for the memory objective, the largest memory of any device), so any planner that
+honours the instance's caps can be used. A period cap does not exist in the exact models, so
+``period`` is not supported as an objective here.
+
+Strictly below: objective values are floats. The next cap is f2 - max(1e-6 * |f2|, 2e-6) for
+seconds and joules (the MILP's feasibility tolerance is 1e-6 absolute, so a smaller step could
+return the same point again), and f2 - 1 byte for memory. Two front points whose value differ by
+less than that step are not told apart.
+
+Anytime: with ``time_limit`` the loop stops when it runs out and returns the points found so far,
+each with its status and proven bound; ``certified`` is then false and, for two objectives, a lower
+bound set is built from the steps' proven bounds (a step with cap eps and bound b proves that no plan
+has f2 <= eps and f1 < b).
+
+Research code that extends the model with its own constraints passes ``solve``: any callable
+``solve(instance, objective, time_limit) -> PlanResult`` (status, plan, value, bound); the loop
+only relies on it honouring the instance's caps and on ``status == "infeasible"`` with no plan
+meaning "proven infeasible".
+
+>>> from formulations.pareto import pareto_front                        # doctest: +SKIP
+>>> front = pareto_front(instance, ["latency", "energy"], time_limit=600)  # doctest: +SKIP
+>>> front.certified, [p.values for p in front.points]                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Any, Callable
+
+from milp_planner.cost.evaluator import Metrics, evaluate
+from milp_planner.errors import PlannerError
+from milp_planner.instance import Instance
+
+#: objectives that can be capped (and so take part in a front)
+PARETO_OBJECTIVES = ("latency", "energy", "memory")
+#: the evaluator's name of each objective's metric (as ``evaluate --json`` names them)
+METRIC_NAMES = {"latency": "latency_s", "energy": "energy_j", "memory": "max_memory_bytes", "period": "period_s"}
+REL_STEP = 1e-6
+ABS_STEP = 2e-6  # seconds or joules: above the MILP's 1e-6 feasibility tolerance
+
+Solve = Callable[[Instance, str, "float | None"], Any]
+
+
+@dataclass
+class ParetoPoint:
+    """One point of the front: its objective vector, plan, evaluator metrics and what was proven."""
+
+    values: dict[str, float]
+    plan: Any
+    metrics: Metrics
+    status: str  # "optimal" when every lexicographic step was proven optimal
+    minimised: str  # the objective minimised at this point's ε-step
+    bound: float | None  # the proven lower bound of ``minimised`` at that step
+
+    def to_dict(self) -> dict:
+        m = self.metrics.to_dict()
+        return {"values": self.values, "status": self.status, "minimised": self.minimised, "bound": self.bound,
+                "metrics": {k: m[k] for k in ("latency_s", "energy_j", "period_s", "memory_bytes",
+                                              "max_memory_bytes", "feasible")},
+                "plan": self.plan.to_dict()}
+
+
+@dataclass
+class BoundStep:
+    """What one ε-step proved: no plan has ``capped`` objective <= ``cap`` and ``minimised`` < ``bound``."""
+
+    caps: dict[str, float]
+    minimised: str
+    bound: float | None
+    status: str
+
+
+@dataclass
+class ParetoFront:
+    """The result of ``pareto_front``; ``to_dict()`` is the ``pareto --json`` structure."""
+
+    instance: str
+    objectives: list[str]
+    planner: str
+    points: list[ParetoPoint]
+    certified: bool
+    steps: list[BoundStep] = field(default_factory=list)
+    bound_set: list[dict[str, float]] | None = None
+    reference: list[float] | None = None
+    hypervolume: float | None = None
+    bound_hypervolume: float | None = None
+    elapsed_s: float = 0.0
+    solves: int = 0
+    message: str = ""
+
+    @property
+    def hypervolume_gap(self) -> float | None:
+        """(HV(bound set) - HV(front)) / HV(bound set): 0 when certified, None without a bound set."""
+        if self.certified:
+            return 0.0
+        if self.bound_hypervolume is None or self.hypervolume is None or self.bound_hypervolume <= 0:
+            return None
+        return max(0.0, (self.bound_hypervolume - self.hypervolume) / self.bound_hypervolume)
+
+    def vectors(self) -> list[tuple[float, ...]]:
+        return [tuple(p.values[o] for o in self.objectives) for p in self.points]
+
+    def to_dict(self) -> dict:
+        return {"instance": self.instance, "objectives": self.objectives, "planner": self.planner,
+                "certified": self.certified, "points": [p.to_dict() for p in self.points],
+                "hypervolume": self.hypervolume, "reference_point": self.reference,
+                "bound_set": self.bound_set, "bound_hypervolume": self.bound_hypervolume,
+                "hypervolume_gap": self.hypervolume_gap, "elapsed_s": self.elapsed_s, "solves": self.solves,
+                "message": self.message,
+                "steps": [{"caps": s.caps, "minimised": s.minimised, "bound": s.bound, "status": s.status}
+                          for s in self.steps]}
+
+
+def objective_value(metrics: Metrics, objective: str) -> float:
+    return metrics.value(objective)
+
+
+def next_cap(objective: str, value: float) -> float:
+    """The largest cap strictly below ``value`` that the solvers tell apart from it."""
+    if objective == "memory":
+        return float(math.ceil(value) - 1)
+    return value - max(REL_STEP * abs(value), ABS_STEP)
+
+
+def capped_instance(instance: Instance, caps: dict[str, float]) -> Instance:
+    """``instance`` with the objective caps added (the tighter of its own and the cap wins)."""
+    c = instance.constraints
+    devices = instance.devices
+    for obj, cap in caps.items():
+        if obj == "latency":
+            own = c.latency_s
+            c = replace(c, latency_s=Fraction(cap) if own is None else min(own, Fraction(cap)))
+        elif obj == "energy":
+            own = c.energy_j
+            c = replace(c, energy_j=Fraction(cap) if own is None else min(own, Fraction(cap)))
+        elif obj == "memory":
+            cap_b = max(0, int(math.floor(cap)))
+            devices = tuple(replace(d, memory_bytes=cap_b if (d.memory_bytes is None or not instance.constraints.memory)
+                                    else min(d.memory_bytes, cap_b)) for d in devices)
+            c = replace(c, memory=True)
+        else:
+            raise PlannerError(f"objective {obj!r} cannot be capped (a Pareto front takes "
+                               f"{', '.join(PARETO_OBJECTIVES)})")
+    return replace(instance, constraints=c, devices=devices)
+
+
+def check_objectives(objectives) -> list[str]:
+    objs = list(objectives)
+    if len(objs) not in (2, 3):
+        raise PlannerError(f"--objectives: give 2 or 3 objectives (got {len(objs)})")
+    if len(set(objs)) != len(objs):
+        raise PlannerError(f"--objectives: {','.join(objs)} repeats an objective")
+    for o in objs:
+        if o == "period":
+            raise PlannerError("--objectives: period is not supported yet: the exact models have no period cap, "
+                               f"so no ε-constraint on it (use {', '.join(PARETO_OBJECTIVES)})")
+        if o not in PARETO_OBJECTIVES:
+            raise PlannerError(f"--objectives: unknown objective {o!r} (use {', '.join(PARETO_OBJECTIVES)})")
+    return objs
+
+
+def planner_solve(planner: str = "milp", **options) -> Solve:
+    """The default ``solve``: an exact planner of ``milp_planner.planners`` (imported when called)."""
+    from milp_planner.planners import get_planner
+
+    p = get_planner(planner, **options)
+
+    def solve(inst: Instance, objective: str, time_limit: float | None):
+        return p.solve(inst, objective=objective, time_limit=time_limit)
+
+    return solve
+
+
+class _Run:
+    """The state of one front computation: deadline, solver, steps and counters."""
+
+    def __init__(self, instance: Instance, solve: Solve, time_limit: float | None, max_points: int | None):
+        self.instance = instance
+        self.solve_fn = solve
+        self.started = time.perf_counter()
+        self.deadline = None if time_limit is None else self.started + time_limit
+        self.max_points = max_points
+        self.steps: list[BoundStep] = []
+        self.solves = 0
+        self.stopped = ""  # why the run stopped early ("" when it was not)
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.perf_counter())
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.perf_counter() >= self.deadline
+
+    def solve(self, caps: dict[str, float], objective: str):
+        self.solves += 1
+        res = self.solve_fn(capped_instance(self.instance, caps), objective, self.remaining())
+        proven_infeasible = res.status == "infeasible" and res.plan is None
+        ok = res.plan is not None and res.metrics is not None and res.metrics.feasible
+        return res, proven_infeasible, ok
+
+    def front2(self, f1: str, f2: str, tail: list[str], extra: dict[str, float],
+               points: list[ParetoPoint]) -> bool:
+        """The two-objective loop over (f1, f2) under the ``extra`` caps; lexicographic steps on
+        f2 then ``tail``. Appends to ``points``; returns True when the loop ended by a proven
+        infeasible step (the slice is complete, provided every step was optimal)."""
+        eps: float | None = None
+        while True:
+            if self.out_of_time():
+                self.stopped = self.stopped or "the time limit ran out"
+                return False
+            if self.max_points is not None and len(points) >= self.max_points:
+                self.stopped = self.stopped or f"--points {self.max_points} reached"
+                return False
+            caps = dict(extra)
+            if eps is not None:
+                caps[f2] = eps
+            res, infeasible, ok = self.solve(caps, f1)
+            if infeasible:
+                self.steps.append(BoundStep(caps, f1, math.inf, "infeasible"))
+                return True
+            self.steps.append(BoundStep(caps, f1, res.bound if res.status != "optimal" else res.value,
+                                        res.status if ok else "error"))
+            if not ok:
+                self.stopped = self.stopped or (res.message or f"a step ended {res.status} without a plan")
+                return False
+            chosen, status = res, ("optimal" if res.status == "optimal" else res.status)
+            fixed = {f1: res.value}
+            for obj in [f2] + tail:
+                if self.out_of_time():
+                    status = "timeout" if status == "optimal" else status
+                    break
+                lex, _, lex_ok = self.solve({**caps, **fixed}, obj)
+                if lex_ok and objective_value(lex.metrics, obj) < objective_value(chosen.metrics, obj):
+                    chosen = lex
+                proven = lex_ok and lex.status == "optimal" and objective_value(chosen.metrics, obj) <= \
+                    lex.value + max(1e-9 * abs(lex.value), lex.info.get("tolerance", 0.0))
+                if not proven and status == "optimal":
+                    # the lexicographic step was not proven: the point may be weakly dominated
+                    status = lex.status if lex.status not in ("optimal", "infeasible") else "feasible"
+                fixed[obj] = objective_value(chosen.metrics, obj)
+            metrics = evaluate(chosen.plan, self.instance)
+            values = {o: objective_value(metrics, o) for o in [f1, f2] + tail}
+            points.append(ParetoPoint(values, chosen.plan, metrics, status, f1,
+                                      res.value if res.status == "optimal" else res.bound))
+            eps = next_cap(f2, values[f2])
+
+
+def non_dominated(points: list[ParetoPoint], objectives: list[str]) -> list[ParetoPoint]:
+    """The points no other point dominates, one per objective vector, sorted by the first objective."""
+    vec = [tuple(p.values[o] for o in objectives) for p in points]
+    keep: dict[tuple, ParetoPoint] = {}
+    for i, v in enumerate(vec):
+        dominated = any(all(a <= b for a, b in zip(w, v)) and w != v for w in vec)
+        if not dominated and v not in keep:
+            keep[v] = points[i]
+    return [keep[v] for v in sorted(keep)]
+
+
+def hypervolume(vectors: list[tuple[float, ...]], reference: list[float]) -> float:
+    """The hypervolume (minimisation) dominated by ``vectors`` up to ``reference`` (pymoo's HV)."""
+    import numpy as np
+    from pymoo.indicators.hv import HV
+
+    inside = [v for v in vectors if all(a < r for a, r in zip(v, reference))]
+    if not inside:
+        return 0.0
+    return float(HV(ref_point=np.array(reference, dtype=float))(np.array(inside, dtype=float)))
+
+
+def reference_point(vectors: list[tuple[float, ...]], factor: float = 1.1) -> list[float] | None:
+    """The nadir of ``vectors`` times ``factor`` (every objective is >= 0)."""
+    if not vectors:
+        return None
+    return [max(v[i] for v in vectors) * factor or 1e-12 for i in range(len(vectors[0]))]
+
+
+def lower_bound_set_2d(steps: list[BoundStep], f1: str, f2: str) -> list[dict[str, float]]:
+    """Local lower bounds from the ε-steps of a two-objective run.
+
+    The steps' caps on f2 decrease: eps_0 = inf > eps_1 > ...; step k proved f1 >= b_k for every
+    plan with f2 <= eps_k, so every plan in the band eps_{k+1} < f2 <= eps_k lies above
+    (b_k, eps_{k+1}); below the last cap, above (b_last, 0)."""
+    out = []
+    for k, s in enumerate(steps):
+        if s.bound == math.inf:  # proven infeasible: nothing in that band
+            continue
+        below = steps[k + 1].caps.get(f2, 0.0) if k + 1 < len(steps) else 0.0
+        bound = 0.0 if s.bound is None else max(0.0, float(s.bound))  # no bound proven: f1 >= 0 only
+        out.append({f1: bound, f2: float(max(0.0, below))})
+    return out
+
+
+def pareto_front(instance: Instance, objectives, *, planner: str = "milp", solve: Solve | None = None,
+                 time_limit: float | None = None, max_points: int | None = None,
+                 reference: list[float] | None = None, planner_options: dict | None = None) -> ParetoFront:
+    """The Pareto front of ``instance`` over 2 or 3 of latency, energy, memory (see the module doc).
+
+    ``solve`` replaces the planner (a callable ``(instance, objective, time_limit) -> PlanResult``);
+    ``max_points`` stops after that many points; ``reference`` is the hypervolume's reference point
+    (default: the nadir of the points found times 1.1).
+    """
+    objs = check_objectives(objectives)
+    if reference is not None and len(reference) != len(objs):
+        raise PlannerError(f"--reference: give {len(objs)} values, one per objective (got {len(reference)})")
+    run = _Run(instance, solve or planner_solve(planner, **(planner_options or {})), time_limit, max_points)
+    found: list[ParetoPoint] = []
+    if len(objs) == 2:
+        complete = run.front2(objs[0], objs[1], [], {}, found)
+    else:
+        f1, f2, f3 = objs
+        complete, slice_cap = True, None
+        while True:
+            extra = {} if slice_cap is None else {f3: slice_cap}
+            mark = len(found)
+            done = run.front2(f1, f2, [f3], extra, found)
+            if not done:
+                complete = False
+                break
+            if len(found) == mark:  # the slice is empty: no plan has f3 <= slice_cap
+                break
+            slice_cap = next_cap(f3, max(p.values[f3] for p in found[mark:]))
+    points = non_dominated(found, objs)
+    certified = complete and all(p.status == "optimal" for p in found)
+    vectors = [tuple(p.values[o] for o in objs) for p in points]
+    ref = list(reference) if reference is not None else reference_point(vectors)
+    front = ParetoFront(instance.name, objs, planner if solve is None else "custom", points, certified,
+                        steps=run.steps, reference=ref, solves=run.solves)
+    front.hypervolume = hypervolume(vectors, ref) if ref else None
+    if not certified:
+        if len(objs) == 2:
+            front.bound_set = lower_bound_set_2d(run.steps, objs[0], objs[1])
+            if ref and front.bound_set:
+                front.bound_hypervolume = hypervolume([tuple(b[o] for o in objs) for b in front.bound_set], ref)
+        reasons = [run.stopped] if run.stopped else []
+        if complete:
+            reasons.append("some steps were not proven optimal")
+        front.message = "; ".join(reasons) + ("" if len(objs) == 2 else
+                                              "; no bound set for three objectives (not implemented)")
+    front.elapsed_s = time.perf_counter() - run.started
+    return front

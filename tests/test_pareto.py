@@ -1,0 +1,158 @@
+"""Pareto fronts (formulations.pareto, `milp-planner pareto`) against brute-force fronts on tiny instances."""
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+from test_exact import CASES
+
+from formulations.pareto import capped_instance, hypervolume, next_cap, pareto_front
+from milp_planner.cli import main
+from milp_planner.cost.evaluator import evaluate, evaluate_stages
+from milp_planner.errors import PlannerError
+from milp_planner.planners.exact import _plans, _stage_tuple
+from formulations.stagegraph import stage_options
+
+_space_cache = {}
+
+
+def all_metrics(case):
+    """The evaluator's metrics of every feasible plan of the case's space."""
+    if case not in _space_cache:
+        inst = CASES[case]()
+        n, fl = len(inst.graph.layers), max(1, inst.search.fusion_limit)
+        options = {(b, e): stage_options(inst, b, e, None) for b in range(n) for e in range(b, min(n, b + fl))}
+        out = []
+        for stack in _plans(options, n, fl):
+            m = evaluate_stages([_stage_tuple(o) for o in stack], inst)
+            if m.feasible:
+                out.append(m)
+        _space_cache[case] = out
+    return _space_cache[case]
+
+
+def brute_front(case, objectives):
+    vecs = {tuple(m.value(o) for o in objectives) for m in all_metrics(case)}
+    front = [v for v in vecs if not any(w != v and all(a <= b for a, b in zip(w, v)) for w in vecs)]
+    return sorted(front)
+
+
+def same_vectors(found, expected):
+    assert len(found) == len(expected), (found, expected)
+    for f, e in zip(sorted(found), expected):
+        assert f == pytest.approx(e, rel=1e-6, abs=1e-9), (found, expected)
+
+
+def check_points(front, case):
+    inst = CASES[case]()
+    for p in front.points:
+        again = evaluate(p.plan, inst)
+        assert again.feasible and again.in_space
+        for o in front.objectives:
+            assert again.value(o) == pytest.approx(p.values[o], rel=1e-12)
+        assert p.status == "optimal"
+        assert p.bound is not None and p.bound <= p.values[p.minimised] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_latency_energy_front_equals_brute_force(case):
+    front = pareto_front(CASES[case](), ["latency", "energy"])
+    assert front.certified, front.message
+    same_vectors(front.vectors(), brute_front(case, ["latency", "energy"]))
+    check_points(front, case)
+    assert front.bound_set is None and front.hypervolume_gap == 0.0
+    assert front.hypervolume > 0 and len(front.reference) == 2
+
+
+@pytest.mark.parametrize("case", ["residual-external", "fc"])
+def test_memory_pairs_equal_brute_force(case):
+    for objs in (["energy", "memory"], ["memory", "latency"]):
+        front = pareto_front(CASES[case](), objs)
+        assert front.certified, front.message
+        same_vectors(front.vectors(), brute_front(case, objs))
+        check_points(front, case)
+
+
+@pytest.mark.parametrize("case", [pytest.param("residual-external", marks=pytest.mark.slow), "fc", "chain"])
+def test_three_objectives_equal_brute_force(case):
+    objs = ["latency", "energy", "memory"]
+    front = pareto_front(CASES[case](), objs)
+    assert front.certified, front.message
+    same_vectors(front.vectors(), brute_front(case, objs))
+    check_points(front, case)
+
+
+def test_time_limit_returns_points_and_a_bound_set():
+    case = "residual-external"
+    full = brute_front(case, ["latency", "energy"])
+    front = pareto_front(CASES[case](), ["latency", "energy"], max_points=2)
+    assert not front.certified and "--points 2" in front.message
+    assert len(front.points) == 2
+    # every point found is on the true front; every true point lies above some bound point
+    for v in front.vectors():
+        assert any(v == pytest.approx(w, rel=1e-6) for w in full)
+    for w in full:
+        assert any(b["latency"] <= w[0] * (1 + 1e-9) and b["energy"] <= w[1] * (1 + 1e-9) for b in front.bound_set)
+    assert front.bound_hypervolume >= front.hypervolume
+    assert 0 < front.hypervolume_gap < 1
+    zero = pareto_front(CASES[case](), ["latency", "energy"], time_limit=0)
+    assert not zero.certified and zero.points == []
+
+
+def test_custom_solve_sees_extra_constraints():
+    """Research code passes its own solve: here one that refuses plans on device b."""
+    from milp_planner.planners import get_planner
+    from milp_planner.planners.base import PlanResult
+
+    inst = CASES["fc"]()
+
+    def solve(capped, objective, time_limit):
+        only_a = capped_instance(capped, {})
+        only_a.devices = tuple(d if d.name == "a" else replace(d, memory_bytes=0) for d in only_a.devices)
+        res = get_planner("milp").solve(only_a, objective=objective, time_limit=time_limit)
+        return res if res.plan is not None else PlanResult("milp", res.status, objective)
+
+    front = pareto_front(inst, ["latency", "energy"], solve=solve)
+    assert front.certified and front.planner == "custom"
+    assert all(p.plan.stages and {q.device for s in p.plan.stages for q in s.parts} == {"a"} for p in front.points)
+
+
+def test_bad_objectives_are_one_line_errors():
+    inst = CASES["fc"]()
+    for objs, word in ((["latency"], "2 or 3"), (["latency", "period"], "period"), (["latency", "latency"], "repeats"),
+                       (["latency", "speed"], "speed")):
+        with pytest.raises(PlannerError, match=word):
+            pareto_front(inst, objs)
+
+
+def test_next_cap_is_strictly_below_and_hypervolume():
+    assert next_cap("memory", 1000.0) == 999.0
+    assert next_cap("latency", 1.0) < 1.0 and next_cap("energy", 0.0) < 0.0
+    assert hypervolume([(1.0, 2.0), (2.0, 1.0)], [3.0, 3.0]) == pytest.approx(3.0)
+    assert hypervolume([(4.0, 4.0)], [3.0, 3.0]) == 0.0
+    assert math.isfinite(hypervolume([], [1.0, 1.0]))
+
+
+def test_cli_json_and_out(tmp_path, capsys):
+    inst = "instances/examples/tiny-fc-2dev.yaml"
+    assert main(["pareto", inst, "--objectives", "latency,energy", "--json", "--out", str(tmp_path / "f")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["certified"] is True and data["objectives"] == ["latency", "energy"]
+    assert data["reference_point"] and data["hypervolume"] > 0
+    for p in data["points"]:
+        assert set(p["metrics"]) >= {"latency_s", "energy_j", "period_s", "memory_bytes"}
+        assert p["status"] == "optimal" and p["plan"]["stages"]
+    assert (tmp_path / "f" / "front.png").stat().st_size > 1000
+    rows = (tmp_path / "f" / "front.csv").read_text().splitlines()
+    assert len(rows) == len(data["points"]) + 1 and rows[0].startswith("point,latency,energy")
+    assert json.loads((tmp_path / "f" / "front.json").read_text())["points"] == data["points"]
+
+
+def test_cli_bad_input_is_one_line(capsys):
+    inst = "instances/examples/tiny-fc-2dev.yaml"
+    assert main(["pareto", inst, "--objectives", "latency,period"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "period" in err
+    assert main(["pareto", inst, "--planner", "dp"]) == 2
+    assert "dp" in capsys.readouterr().err
