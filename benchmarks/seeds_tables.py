@@ -233,19 +233,26 @@ def group_of_distredge(stem: str) -> str:
     return stem.split("-")[1].upper()  # vgg16-da-50mbps -> DA
 
 
-def analyse_distredge(rows, cells) -> tuple[list[str], dict]:
-    files = inst_files(rows, "distredge")
-    labels = labels_present(rows, "distredge")
-    md, js = [], {}
-    md += [f"## (b) {GROUPS['distredge']['title']}", ""]
-    md += ["Latency in ms (mean ± std over seeds; gap to the best proven bound in brackets where one "
-           "exists). DistrEdge reports images per second with one image in flight at a time "
-           "(Sec. V-A), i.e. 1 / latency, so our latency ratio is its speed-up.", ""]
+def latency_section(cells, files, labels, heading: str, why: str) -> list[str]:
+    """A group's heading, its latency table and the exact runs that did not finish."""
+    md = [heading, "",
+          "Latency in ms (mean ± std over seeds; gap to the best proven bound in brackets where one "
+          "exists). " + why, ""]
     md += main_table(cells, files, labels, lambda f: Path(f).stem)
     md += [""]
     notes = distinct_notes(cells, files)
     if notes:
         md += ["Exact runs that did not finish (distinct messages): " + " | ".join(f"`{n}`" for n in notes), ""]
+    return md
+
+
+def analyse_distredge(rows, cells) -> tuple[list[str], dict]:
+    files = inst_files(rows, "distredge")
+    labels = labels_present(rows, "distredge")
+    md, js = [], {}
+    md += latency_section(cells, files, labels, f"## (b) {GROUPS['distredge']['title']}",
+                          "DistrEdge reports images per second with one image in flight at a time "
+                          "(Sec. V-A), i.e. 1 / latency, so our latency ratio is its speed-up.")
 
     per = []
     for f in files:
@@ -378,15 +385,9 @@ def analyse_autodice(rows, cells, pareto: dict[str, dict]) -> tuple[list[str], d
     labels = [lab for lab in labels_present(rows, "autodice") if not any(lab == v.label and v.objectives != ("latency",)
                                                                        for v in GROUPS["autodice"]["variants"])]
     md, js = [], {"pareto": {}, "scaling": {}, "exact_points": {}}
-    md += [f"## (c) {GROUPS['autodice']['title']}", ""]
-    md += ["Latency in ms (mean ± std over seeds; gap to the best proven bound in brackets where one "
-           "exists). AutoDiCE optimises throughput, memory and energy, not latency: its column is the "
-           "lowest-latency point of its Pareto set, to set beside the exact latency optimum.", ""]
-    md += main_table(cells, files, labels, lambda f: Path(f).stem)
-    md += [""]
-    notes = distinct_notes(cells, files)
-    if notes:
-        md += ["Exact runs that did not finish (distinct messages): " + " | ".join(f"`{n}`" for n in notes), ""]
+    md += latency_section(cells, files, labels, f"## (c) {GROUPS['autodice']['title']}",
+                          "AutoDiCE optimises throughput, memory and energy, not latency: its column is the "
+                          "lowest-latency point of its Pareto set, to set beside the exact latency optimum.")
 
     header = ["instance", "seeds (status)", "evaluations", "Pareto points", "best throughput (img/s)",
               "min max-memory per device (MB)", "min max-energy per device (J/img)",
