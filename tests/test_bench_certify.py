@@ -1,0 +1,134 @@
+"""The certification benchmark (benchmarks/bench_certify.py) and its fleet instance files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "bench_certify.py"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_certify as bc  # noqa: E402
+
+
+def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(SCRIPT), "--cache", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "c.md"), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def records(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "c.jsonl").read_text().splitlines()]
+
+
+def test_one_tiny_instance_end_to_end(tmp_path):
+    """A run records the exact planner and the baselines, renders the table, and resumes from the cache."""
+    proc = run(tmp_path, "--only", "examples/tiny-2dev.yaml", "--objectives", "latency", "--time-limit", "20",
+               "--baselines", "offload,neurosurgeon", "--baseline-time-limit", "5")
+    assert "[2/2] examples/tiny-2dev.yaml latency exact dp: optimal" in proc.stdout
+    recs = {r["kind"]: r for r in records(tmp_path)}
+    assert set(recs) == {"exact", "baselines"}
+    exact = recs["exact"]
+    assert exact["status"] == "optimal" and exact["gap"] == 0 and exact["bound_source"]
+    assert exact["value"] == pytest.approx(1.5365546666666666e-3)
+    assert [b["planner"] for b in recs["baselines"]["baselines"]] == ["offload", "neurosurgeon"]
+    md = (tmp_path / "c.md").read_text()
+    assert "| examples | 1 | 1 | 1 | 1 |" in md  # summary: one run, certified, within 1 %, target met
+    row = next(line for line in md.splitlines() if line.startswith("| tiny-2dev.yaml | latency |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:7] == ["dp 20 s", "optimal", "1.537 ms", "1.537 ms", "0"]
+    assert cells[9] == "neurosurgeon 1.537 ms" and cells[10].startswith("every file: met; tiny instances:")
+    assert "Machine:" in md and "cores" in md and "| tiny instances | certified in <= 1 s per solve | 1 |" in md
+    again = run(tmp_path, "--only", "examples/tiny-2dev.yaml", "--objectives", "latency", "--time-limit", "20",
+                "--baselines", "offload,neurosurgeon", "--baseline-time-limit", "5")
+    assert "0 to run" in again.stdout and len(records(tmp_path)) == 2
+    (tmp_path / "c.md").unlink()
+    run(tmp_path, "--render-only")
+    assert (tmp_path / "c.md").read_text().split("- Rendered")[1].split("\n", 1)[1] == md.split("- Rendered")[1].split("\n", 1)[1]
+
+
+def test_a_child_past_its_limit_is_killed_and_recorded(tmp_path):
+    run(tmp_path, "--only", "examples/tiny-2dev.yaml", "--objectives", "latency", "--time-limit", "0.05",
+        "--kill-grace", "0", "--baselines", "none")
+    (rec,) = records(tmp_path)
+    assert rec["status"] == "killed" and rec["value"] is None and "killed at 0.05 s" in rec["message"]
+    assert "| tiny-2dev.yaml | latency | dp 0.05 s | killed |" in (tmp_path / "c.md").read_text()
+
+
+def test_a_child_over_its_memory_limit_is_recorded(tmp_path):
+    run(tmp_path, "--only", "examples/tiny-2dev.yaml", "--objectives", "latency", "--memory-limit-gb", "0.05",
+        "--baselines", "none")
+    (rec,) = records(tmp_path)
+    assert rec["status"] == "memory" and "0.05 GB" in rec["message"]
+    md = (tmp_path / "c.md").read_text()
+    assert "| tiny-2dev.yaml | latency | dp 60 s | memory |" in md and "tiny instances: **missed** (memory)" in md
+
+
+def record(**kw) -> bc.Record:
+    base = dict(kind="exact", instance="coopai/x.yaml", group="coopai", objective="latency", planner="dp",
+                time_limit=60.0, options=[], status="timeout", value=1.0, bound=0.995, gap=0.005, feasible=True,
+                solve_time_s=60.0)
+    return bc.Record(**{**base, **kw})
+
+
+def test_target_rules():
+    every = bc.TARGETS[0]
+    worse = record(kind="baselines", baselines=[{"planner": "coopai", "objective": 0.99, "feasible": True}])
+    better = record(kind="baselines", baselines=[{"planner": "coopai", "objective": 1.01, "feasible": True},
+                                                 {"planner": "modnn", "objective": 0.5, "feasible": False}])
+    assert bc.meets(every, record(), better) == (True, "")
+    assert bc.meets(every, record(), worse) == (False, "worse than coopai")
+    assert bc.meets(every, record(gap=0.02, bound=0.98), better) == (False, "gap 2.00 %")
+    assert bc.meets(every, record(gap=0.0, bound=1.0, status="optimal"), worse) == (True, "")
+    assert bc.meets(every, record(value=None, status="killed"), better) == (False, "killed")
+    assert bc.meets(every, record(), None) == (None, "baselines not run")
+    tiny = next(t for t in bc.TARGETS if t.name == "tiny instances")
+    assert bc.meets(tiny, record(gap=0.0, solve_time_s=0.4), None) == (True, "")
+    assert bc.meets(tiny, record(gap=0.0, solve_time_s=1.4), None) == (False, "1.4 s")
+    names = {f: [t.name for t in bc.targets_of(f)] for f in
+             ("fleet/vgg16-16dev-4types.yaml", "fleet/vgg16-8distinct.yaml", "fleet/googlenet-4dev.yaml",
+              "fleet/vgg16-4dev-uncapped.yaml", "examples/tiny-fc-2dev.yaml", "examples/edge-3dev.yaml")}
+    assert names == {
+        "fleet/vgg16-16dev-4types.yaml": ["every file", "typed fleets, binding caps"],
+        "fleet/vgg16-8distinct.yaml": ["every file", "8 all-distinct devices"],
+        "fleet/googlenet-4dev.yaml": ["every file", "Inception, DenseNet-121 on 4 devices"],
+        "fleet/vgg16-4dev-uncapped.yaml": ["every file", "4-device VGG16 without caps"],
+        "examples/tiny-fc-2dev.yaml": ["every file", "tiny instances"],
+        "examples/edge-3dev.yaml": ["every file"],
+    }
+
+
+def test_caps_verdict_needs_a_certified_uncapped_optimum():
+    caps = {"a": 100, "b": 100}
+    over = record(kind="uncapped", status="optimal", gap=0.0, memory_bytes={"a": 150, "b": 50}, caps_bytes=caps)
+    assert bc.caps_verdict(over).startswith("yes: the uncapped optimum puts")
+    under = record(kind="uncapped", status="optimal", gap=0.0, memory_bytes={"a": 90, "b": 50}, caps_bytes=caps)
+    assert bc.caps_verdict(under).startswith("no:")
+    open_gap = record(kind="uncapped", memory_bytes={"a": 150}, caps_bytes=caps)
+    assert bc.caps_verdict(open_gap).startswith("unknown: uncapped not certified")
+
+
+def test_fleet_vgg16_4dev_is_the_bench_exact_instance():
+    import bench_exact
+    from milp_planner.instance import load_instance
+
+    ours = load_instance(ROOT / "instances" / "fleet" / "vgg16-4dev-uncapped.yaml")
+    theirs = bench_exact.make_instance("vgg16", 4, 4, ["equal", "capacity"])
+    for name in ("name", "devices", "network", "search", "objective", "constraints", "dtype_bytes", "model"):
+        assert getattr(ours, name) == getattr(theirs, name), name
+
+
+def test_uncapped_copy_lifts_the_caps_only(tmp_path):
+    from milp_planner.instance import load_instance
+
+    rel = "fleet/googlenet-4dev.yaml"  # an .onnx model path relative to the file
+    copy = bc.uncapped_copy(rel, tmp_path)
+    a, b = load_instance(bc.INSTANCES / rel), load_instance(copy)
+    assert b.constraints.memory is False and a.constraints.memory is True
+    assert a.devices == b.devices and a.search == b.search and len(a.graph.layers) == len(b.graph.layers)
