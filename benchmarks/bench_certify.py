@@ -703,6 +703,9 @@ def main(argv=None) -> int:
     cache_path, out = Path(args.cache), Path(args.out)
     meta_path = cache_path.with_suffix(".meta.json")
     if args.render_only:
+        if not cache_path.exists():
+            print(f"{cache_path}: no recorded runs to render", file=sys.stderr)
+            return 1
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
         render(read_cache(cache_path), meta, out)
         print(f"wrote {out}")
@@ -763,4 +766,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `... | head`
+        sys.stderr.close()
+        sys.exit(1)
