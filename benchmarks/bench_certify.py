@@ -246,6 +246,23 @@ def deadline_of(job: Job, limits: Limits) -> float:
     return n * job.time_limit + limits.kill_grace_s
 
 
+# Children running now (process group ids), so that stopping the benchmark stops them too.
+_running: set[int] = set()
+_running_lock = threading.Lock()
+stopping = threading.Event()
+
+
+def stop_children() -> None:
+    """Kill every running child's process group (the benchmark is being stopped)."""
+    stopping.set()
+    with _running_lock:
+        for pgid in list(_running):
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def run_job(job: Job, limits: Limits, commit: str = "") -> Record:
     """Run one job in a fresh child process and turn whatever happens into a ``Record``."""
     rec = Record(kind=job.kind, instance=job.instance, group=job.group, objective=job.objective,
@@ -267,11 +284,13 @@ def run_job(job: Job, limits: Limits, commit: str = "") -> Record:
             proc = subprocess.Popen(command(job, path), cwd=ROOT, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                     preexec_fn=_child_limits(limits.memory_limit_gb))
         killed = False
+        with _running_lock:
+            _running.add(proc.pid)
         while True:
             pid, wstatus, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
-            if time.perf_counter() - t0 > deadline:
+            if time.perf_counter() - t0 > deadline or stopping.is_set():
                 killed = True
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -280,6 +299,9 @@ def run_job(job: Job, limits: Limits, commit: str = "") -> Record:
                 pid, wstatus, usage = os.wait4(proc.pid, 0)
                 break
             time.sleep(0.05)
+        with _running_lock:
+            _running.discard(proc.pid)
+        killed = killed and not stopping.is_set()
         proc.returncode = os.waitstatus_to_exitcode(wstatus)  # reaped here, not by Popen
         rec.wall_s = time.perf_counter() - t0
         rec.max_rss_mb = usage.ru_maxrss / 1024  # kB on Linux
@@ -291,20 +313,21 @@ def run_job(job: Job, limits: Limits, commit: str = "") -> Record:
         rec.status = "killed"
         rec.message = f"killed at {deadline:g} s (time limit {job.time_limit:g} s + {limits.kill_grace_s:g} s)"
         return rec
-    if proc.returncode != 0:
-        if any(s in stderr for s in _MEMORY_SIGNS) or proc.returncode in (-signal.SIGSEGV, -signal.SIGABRT):
-            rec.status = "memory"
-            rec.message = f"over the {limits.memory_limit_gb:g} GB address-space limit: {last}"[:500]
-        else:
-            rec.status = "refused" if proc.returncode == 2 else "error"
-            rec.message = (last or f"exit status {proc.returncode}")[:500]
-        return rec
-    try:
+    try:  # solve --json prints its result also when it exits 1 (no feasible plan)
         data = json.loads(stdout)
     except json.JSONDecodeError:
-        rec.message = f"no JSON on stdout ({last})"[:500]
+        data = None
+    if isinstance(data, dict) and "status" in data:
+        fill(rec, data)
         return rec
-    fill(rec, data)
+    if stopping.is_set():
+        rec.status, rec.message = "killed", "the benchmark was stopped"
+    elif any(s in stderr for s in _MEMORY_SIGNS) or proc.returncode in (-signal.SIGSEGV, -signal.SIGABRT):
+        rec.status = "memory"
+        rec.message = f"over the {limits.memory_limit_gb:g} GB address-space limit: {last}"[:500]
+    else:
+        rec.status = "refused" if proc.returncode == 2 else "error"
+        rec.message = (last or f"exit status {proc.returncode}, no JSON on stdout")[:500]
     return rec
 
 
@@ -751,6 +774,8 @@ def main(argv=None) -> int:
 
     def one(job: Job) -> None:
         rec = run_job(job, limits, mach["commit"])
+        if stopping.is_set():
+            return  # not a result: the benchmark was stopped under it
         with lock:
             with open(cache_path, "a") as f:
                 f.write(json.dumps(dataclasses.asdict(rec)) + "\n")
@@ -758,8 +783,19 @@ def main(argv=None) -> int:
                   f"{job.planner if job.kind != 'baselines' else ''}: {describe(rec)} ({rec.wall_s:.1f} s)",
                   flush=True)
 
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    pool = ThreadPoolExecutor(max_workers=args.jobs)
+    try:
         list(pool.map(one, todo))
+    except KeyboardInterrupt:
+        stop_children()
+        pool.shutdown(wait=True, cancel_futures=True)
+        print("stopped; the runs finished so far are in the cache", file=sys.stderr)
+        return 130
+    pool.shutdown()
     render(read_cache(cache_path), {"machine": mach, "settings": settings}, out)
     print(f"wrote {out}")
     return 0
