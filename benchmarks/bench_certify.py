@@ -505,7 +505,7 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def short_source(src: str | None, limit: int = 60) -> str:
+def short_source(src: str | None, limit: int = 80) -> str:
     if not src:
         return "-"
     src = " ".join(src.split())
@@ -614,10 +614,9 @@ def render(cache: dict[str, Record], meta: dict, out: Path) -> str:
                 ok, why = meets(t, r, base)
                 mark = "met" if ok else ("?" if ok is None else "**missed**")
                 tv.append(f"{t.name}: {mark}" + (f" ({why})" if why and not ok else ""))
-            status = r.status if not r.message or r.status in ("optimal",) else f"{r.status}"
             tsec = f"{r.solve_time_s:.2f}" if r.solve_time_s is not None else f"({r.wall_s:.0f} wall)"
             name = Path(inst).name
-            lines.append(f"| {name} | {obj} | {r.planner} {r.time_limit:g} s | {status} | {fmt_value(obj, r.value)} | "
+            lines.append(f"| {name} | {obj} | {r.planner} {r.time_limit:g} s | {r.status} | {fmt_value(obj, r.value)} | "
                          f"{fmt_value(obj, r.bound)} | {fmt_gap(r.gap)} | {tsec} | "
                          f"{_cell(short_source(r.bound_source or (r.message if not has_plan(r) else None)))} | "
                          f"{_cell(bcell)} | {_cell('; '.join(tv))} |")

@@ -132,3 +132,22 @@ def test_uncapped_copy_lifts_the_caps_only(tmp_path):
     a, b = load_instance(bc.INSTANCES / rel), load_instance(copy)
     assert b.constraints.memory is False and a.constraints.memory is True
     assert a.devices == b.devices and a.search == b.search and len(a.graph.layers) == len(b.graph.layers)
+
+
+def test_every_fleet_file_loads_with_the_fleet_it_states():
+    """Typed fleets: 8 devices of 2 kinds or 16 of 4, every device capped; the others as their names say."""
+    from milp_planner.instance import load_instance
+
+    files = sorted((ROOT / "instances" / "fleet").glob("*.yaml"))
+    assert len(files) >= 10
+    for f in files:
+        inst = load_instance(f)
+        kinds = {repr((d.compute, d.memory_bytes, d.power)) for d in inst.devices}
+        if "dev-" in f.stem and "types" in f.stem:  # e.g. vgg16-16dev-4types
+            n_dev, n_types = int(f.stem.split("-")[1][:-3]), int(f.stem.split("-")[2][0])
+            assert (len(inst.devices), len(kinds)) == (n_dev, n_types), f.name
+            assert all(d.memory_bytes is not None for d in inst.devices), f.name
+        elif f.stem.endswith("8distinct"):
+            assert len(inst.devices) == len(kinds) == 8
+        elif f.stem.endswith("-4dev") or f.stem.endswith("-4dev-uncapped"):
+            assert len(inst.devices) == len(kinds) == 4, f.name
