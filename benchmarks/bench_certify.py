@@ -520,12 +520,19 @@ def caps_verdict(rec: Record | None) -> str:
         return f"unknown: uncapped run {rec.status}"
     over = {d: b for d, b in rec.memory_bytes.items() if d in rec.caps_bytes and b > rec.caps_bytes[d]}
     if not certified(rec):
-        return (f"unknown: uncapped not certified (gap {fmt_gap(rec.gap)}); its plan "
+        return (f"unknown: uncapped not certified ({'no bound' if rec.gap is None else 'gap ' + fmt_gap(rec.gap)}); its plan "
                 + ("breaks the caps" if over else "meets the caps"))
     if over:
         d, b = max(over.items(), key=lambda kv: kv[1])
         return f"yes: the uncapped optimum puts {b / 1e6:.1f} MB on {d} (cap {rec.caps_bytes[d] / 1e6:.1f} MB)"
     return "no: the uncapped optimum meets every cap"
+
+
+def _count(items) -> dict:
+    out: dict = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return out
 
 
 def _objective_rank(objective: str) -> int:
@@ -549,9 +556,9 @@ def render(cache: dict[str, Record], meta: dict, out: Path) -> str:
         + (f"{mach['ram_gb']:.0f} GB RAM" if mach.get("ram_gb") else "RAM ?")
         + f"; Python {mach.get('python', '?')}; "
         + ", ".join(f"{k} {v}" for k, v in pk.items()) + ".",
-        f"- Rendered {mach.get('date', '?')} at commit {mach.get('commit', '?')}; each row says when it ran "
-        "(the cache keeps the newest run of each instance, objective and kind).",
-        f"- Runs: {meta.get('settings', '-')}",
+        f"- Last invocation {mach.get('date', '?')} at commit {mach.get('commit', '?')}: {meta.get('settings', '-')}",
+        "- Rows by the commit they ran at (the cache keeps the newest run of each file, objective and kind): "
+        + ", ".join(f"{c or '?'} ({n})" for c, n in sorted(_count(r.commit for r in cache.values()).items())) + ".",
         "- Status: the planner's (`optimal`, `timeout`, `feasible`, `infeasible`, `error`), or the runner's: "
         "`refused` (the planner exited with a one-line error), `killed` (still running at the time limit + the "
         "grace), `memory` (over the address-space limit), `error` (any other exit).",
@@ -561,6 +568,8 @@ def render(cache: dict[str, Record], meta: dict, out: Path) -> str:
         "- Timings on a shared machine vary; the target column applies the issue's rule to this run.",
         "",
     ]
+    if meta.get("note"):
+        lines[5:5] = [f"**Note:** {meta['note']}", ""]
     # Summary per group.
     groups: dict[str, list] = {}
     for (inst, obj), rec in sorted(exact.items(), key=lambda kv: (kv[0][0], _objective_rank(kv[0][1]))):
@@ -683,6 +692,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--cache", default=str(DEFAULT_CACHE))
     ap.add_argument("--out", default=str(DEFAULT_OUT))
     ap.add_argument("--render-only", action="store_true", help="run nothing: redraw --out from --cache")
+    ap.add_argument("--note", default="", help="a sentence printed at the top of --out (kept in the cache's "
+                    "meta file; with --render-only it replaces the recorded one)")
     ap.add_argument("--dry-run", action="store_true", help="list the runs that would start, and stop")
     args = ap.parse_args(argv)
     for name in ("time_limit", "baseline_time_limit"):
@@ -729,6 +740,9 @@ def main(argv=None) -> int:
             print(f"{cache_path}: no recorded runs to render", file=sys.stderr)
             return 1
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+        if args.note:
+            meta["note"] = args.note
+            meta_path.write_text(json.dumps(meta, indent=1))
         render(read_cache(cache_path), meta, out)
         print(f"wrote {out}")
         return 0
@@ -762,12 +776,13 @@ def main(argv=None) -> int:
     mach = machine()
     settings = (f"exact planners {', '.join(f'{o} {planners[o]}' for o in args.objectives.split(','))}"
                 f"{' with ' + ' '.join('-O ' + o for o in args.option) if args.option else ''}"
-                f"{' (chosen by `auto`: ' + ', '.join(auto) + ')' if auto else ''}, "
+                f"{' (' + ', '.join(auto) + ' chosen by `auto`)' if auto else ''}, "
                 f"{args.time_limit:g} s each; baselines {args.baselines} ({args.baseline_time_limit:g} s each); "
                 f"children killed at the limit + {args.kill_grace:g} s, address space limited to "
                 f"{args.memory_limit_gb:g} GB; {args.jobs} at a time.")
     cache_path.parent.mkdir(parents=True, exist_ok=True)
-    meta_path.write_text(json.dumps({"machine": mach, "settings": settings}, indent=1))
+    meta = {"machine": mach, "settings": settings, "note": args.note}
+    meta_path.write_text(json.dumps(meta, indent=1))
     lock = threading.Lock()
     counter = iter(range(1, len(todo) + 1))
 
@@ -795,7 +810,7 @@ def main(argv=None) -> int:
         print("stopped; the runs finished so far are in the cache", file=sys.stderr)
         return 130
     pool.shutdown()
-    render(read_cache(cache_path), {"machine": mach, "settings": settings}, out)
+    render(read_cache(cache_path), meta, out)
     print(f"wrote {out}")
     return 0
 
