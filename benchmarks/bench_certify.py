@@ -462,7 +462,7 @@ def meets(target: Target, rec: Record | None, base: Record | None) -> tuple[bool
     if rec is None:
         return None, "not run"
     if not has_plan(rec):
-        return False, rec.status
+        return False, f"{rec.status}, " + ("no plan" if rec.value is None else "its plan breaks a constraint")
     gap = rec.gap
     if target.max_gap is None:  # the rule for every file
         if gap is not None and gap <= CERTIFIED_GAP:

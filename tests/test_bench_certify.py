@@ -68,7 +68,7 @@ def test_a_child_over_its_memory_limit_is_recorded(tmp_path):
     (rec,) = records(tmp_path)
     assert rec["status"] == "memory" and "0.05 GB" in rec["message"]
     md = (tmp_path / "c.md").read_text()
-    assert "| tiny-2dev.yaml | latency | dp 60 s | memory |" in md and "tiny instances: **missed** (memory)" in md
+    assert "| tiny-2dev.yaml | latency | dp 60 s | memory |" in md and "tiny instances: **missed** (memory, no plan)" in md
 
 
 def record(**kw) -> bc.Record:
@@ -87,7 +87,7 @@ def test_target_rules():
     assert bc.meets(every, record(), worse) == (False, "worse than coopai")
     assert bc.meets(every, record(gap=0.02, bound=0.98), better) == (False, "gap 2.00 %")
     assert bc.meets(every, record(gap=0.0, bound=1.0, status="optimal"), worse) == (True, "")
-    assert bc.meets(every, record(value=None, status="killed"), better) == (False, "killed")
+    assert bc.meets(every, record(value=None, status="killed"), better) == (False, "killed, no plan")
     assert bc.meets(every, record(), None) == (None, "baselines not run")
     tiny = next(t for t in bc.TARGETS if t.name == "tiny instances")
     assert bc.meets(tiny, record(gap=0.0, solve_time_s=0.4), None) == (True, "")
