@@ -59,7 +59,6 @@ FAST_BASELINES = ("offload", "neurosurgeon", "modnn", "coedge", "deepthings", "d
 DEFAULT_PLANNERS = {"latency": "dp", "energy": "dp", "period": "auto", "memory": "auto"}
 CERTIFIED_GAP = 1e-4  # 0.01 %
 NEAR_GAP = 1e-2       # 1 %
-KINDS = ("exact", "baselines", "uncapped")
 CAPPED_FLEETS = "typed fleets, binding caps"  # the target whose files --check-caps checks
 
 
@@ -340,7 +339,7 @@ def fill(rec: Record, data: dict) -> None:
     rec.bound = _float(data.get("bound"))
     rec.gap = _float(data.get("gap"))
     rec.solve_time_s = _float(data.get("solve_time_s"))
-    rec.bound_source = data.get("bound_source")
+    rec.bound_source = data.get("bound_source") or (data.get("info") or {}).get("bound_source")
     rec.message = (data.get("message") or "")[:500]
     rec.feasible = metrics.get("feasible")
     rec.in_space = metrics.get("in_space")
