@@ -259,7 +259,7 @@ class StagePrice:
     recv: list[float]  # s per device: the sum of its incoming messages
     bytes_in: list[int]  # bytes each device receives
     transfer_s: float  # the sum of every message's seconds (what a shared medium carries)
-    weights: list[int]  # weight bytes of the layers each device computes here
+    weights: list[int] | None  # weight bytes of the layers each device computes here (None: not asked)
     working: list[int] | None  # working set of each device during the stage (None: not asked)
     owners: dict[str, tuple[tuple[int, Region], ...]]  # the next state: tensors live after the stage
     transfers: list[Transfer] | None  # every message in the evaluator's order (None: not asked)
@@ -289,7 +289,7 @@ def initial_owners(pr: Pricer) -> dict[str, tuple[tuple[int, Region], ...]]:
 
 def price_stage(pr: Pricer, owners: Owners, last: int, devices: Sequence[int], geos: Sequence[PartGeometry],
                 comp: Sequence[float] | None = None, weights: Sequence[int] | None = None,
-                computed: Sequence[int] | None = None, *, working: bool = True,
+                computed: Sequence[int] | None = None, *, memory: bool = True,
                 detail: bool = False) -> StagePrice:
     """Price one stage ending at layer ``last`` from the ownership state ``owners``.
 
@@ -299,8 +299,9 @@ def price_stage(pr: Pricer, owners: Owners, last: int, devices: Sequence[int], g
     passed in: ``comp`` (compute seconds on its device, ``pr.compute_time``), ``weights``
     (weight bytes, ``pr.weight_bytes`` summed) and ``computed`` (``pr.computed_bytes``); left
     ``None`` they are computed here. ``owners`` must hold only tensors live at the stage (a
-    previous ``StagePrice.owners`` or ``initial_owners``). ``working=False`` skips the working
-    sets (latency and energy do not need them); ``detail=True`` lists every message.
+    previous ``StagePrice.owners`` or ``initial_owners``). ``memory=False`` skips the weights
+    and working sets (latency, energy and period do not need them); ``detail=True`` lists every
+    message.
     """
     n_dev = pr.n_dev
     power = pr.power
@@ -310,11 +311,11 @@ def price_stage(pr: Pricer, owners: Owners, last: int, devices: Sequence[int], g
     recv = [0.0] * n_dev
     bytes_in = [0] * n_dev
     energy_dev = [0.0] * n_dev
-    wts = [0] * n_dev
+    wts = [0] * n_dev if memory else None
     transfers: list[Transfer] | None = [] if detail else None
     transfer_s = 0.0
     ws: list[int] | None = None
-    if working:
+    if memory:
         # what each device owns of the live tensors; a part's working set adds what it reads and
         # computes, and counts a read tensor once as the union of its need and what it owns
         ws = [0] * n_dev
@@ -327,7 +328,8 @@ def price_stage(pr: Pricer, owners: Owners, last: int, devices: Sequence[int], g
         part = geos[i]
         c = comp[i] if comp is not None else pr.compute_time(d, part)
         compute[d] = c
-        wts[d] = weights[i] if weights is not None else sum(pr.weight_bytes(part, part.axis).values())
+        if wts is not None:
+            wts[d] = weights[i] if weights is not None else sum(pr.weight_bytes(part, part.axis).values())
         energy_dev[d] += power[d][0] * c
         rx = power[d][2]
         r = 0.0
@@ -336,7 +338,7 @@ def price_stage(pr: Pricer, owners: Owners, last: int, devices: Sequence[int], g
         for t, need in part.needs.items():
             u = units.get(t) or pr.unit_bytes(t)
             own_mine = None
-            for o, region in owners.get(t, ()):
+            for o, region in owners[t]:
                 if o == d:
                     own_mine = region
                     continue
@@ -354,7 +356,7 @@ def price_stage(pr: Pricer, owners: Owners, last: int, devices: Sequence[int], g
                 energy_dev[d] += rx * tt
                 if transfers is not None:
                     transfers.append(Transfer(t, o, d, nb, tt))
-            if working:
+            if ws is not None:
                 extra += (need.cells if own_mine is None else need.cells - intersect_cells(need, own_mine)) * u
         recv[d] = r
         bytes_in[d] = b_in
