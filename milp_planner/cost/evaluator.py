@@ -159,6 +159,8 @@ class Pricer:
         self.net = instance.network
         self.n_dev = len(instance.devices)
         self._time: dict = {}
+        self._part_time: dict = {}
+        self._lower_bound: float | None = None
         self._io = {}
         g = self.graph
         dt = instance.dtype_bytes
@@ -195,7 +197,13 @@ class Pricer:
 
     def compute_time(self, d: int, part: PartGeometry) -> float:
         """Seconds device ``d`` spends computing ``part`` (overheads of touched layers included)."""
-        return sum(self.layer_time(d, lid, f, part.axis) for lid, f in part.fraction.items())
+        key = (id(part), d)
+        hit = self._part_time.get(key)
+        if hit is not None and hit[0] is part:  # the part is held in the value, so its id is not reused
+            return hit[1]
+        t = sum(self.layer_time(d, lid, f, part.axis) for lid, f in part.fraction.items())
+        self._part_time[key] = (part, t)
+        return t
 
     def weight_bytes(self, part: PartGeometry, axis: str) -> dict[int, int]:
         """Weight bytes per layer the part touches (a channel part: its share, round half up)."""
@@ -513,6 +521,12 @@ def lower_bound_latency(instance: Instance) -> float:
     1 / sum_d (1 / T_d).
     """
     pr = _pricer(instance)
+    if pr._lower_bound is None:
+        pr._lower_bound = _fluid_latency(instance, pr)
+    return pr._lower_bound
+
+
+def _fluid_latency(instance: Instance, pr: Pricer) -> float:
     rate = 0.0
     for d, dev in enumerate(instance.devices):
         total = 0.0
