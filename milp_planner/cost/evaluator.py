@@ -197,11 +197,16 @@ class Pricer:
 
     def compute_time(self, d: int, part: PartGeometry) -> float:
         """Seconds device ``d`` spends computing ``part`` (overheads of touched layers included)."""
+        return sum(self.layer_time(d, lid, f, part.axis) for lid, f in part.fraction.items())
+
+    def part_time(self, d: int, part: PartGeometry) -> float:
+        """``compute_time``, remembered per part: for callers that price the same parts again
+        and again (the evaluator, the heuristics' searches); the exact engine precomputes its own."""
         key = (id(part), d)
         hit = self._part_time.get(key)
         if hit is not None and hit[0] is part:  # the part is held in the value, so its id is not reused
             return hit[1]
-        t = sum(self.layer_time(d, lid, f, part.axis) for lid, f in part.fraction.items())
+        t = self.compute_time(d, part)
         self._part_time[key] = (part, t)
         return t
 
@@ -334,7 +339,7 @@ def price_stage(pr: Pricer, owners: Owners, last: int, devices: Sequence[int], g
                     ws[o] += region.cells * u
     for i, d in enumerate(devices):
         part = geos[i]
-        c = comp[i] if comp is not None else pr.compute_time(d, part)
+        c = comp[i] if comp is not None else pr.part_time(d, part)
         compute[d] = c
         if wts is not None:
             wts[d] = weights[i] if weights is not None else sum(pr.weight_bytes(part, part.axis).values())
