@@ -11,7 +11,8 @@ one stage option (layers ``b..e``, axis, cuts, devices) leaving that node; it en
 
 So latency and energy are shortest paths (the DP), and period, memory and caps are a path
 flow with side constraints (the MILP and CP-SAT models). Arc costs come from
-``milp_planner.evaluator.Pricer``, the code the evaluator itself uses.
+``milp_planner.cost.evaluator.price_stage``, the function the evaluator itself prices every
+stage with (``price_gather`` for the terminal gather).
 
 >>> from formulations.stagegraph import build_stage_graph        # doctest: +SKIP
 >>> sg = build_stage_graph(instance)                            # doctest: +SKIP
@@ -26,9 +27,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from milp_planner.cost.evaluator import EXTERNAL, Pricer, pricer
+from milp_planner.cost.evaluator import EXTERNAL, Pricer, price_gather, price_stage, pricer
 from milp_planner.model.graph import last_readers
-from milp_planner.space.geometry import full_region, intersect_cells, union_cells
+from milp_planner.space.geometry import full_region
 from milp_planner.instance import Instance
 from milp_planner.space.plan import Plan
 
@@ -97,9 +98,16 @@ class StageGraph:
 
 @dataclass
 class Terminal:
+    """The costs of a terminal node: the gather of the graph outputs at the sink."""
+
     gather_s: float
     energy: float
     load: tuple[float, ...]  # per device: the gather counted as the sink device's receive
+
+
+def _terminal(pr: Pricer, owners) -> Terminal:
+    gp = price_gather(pr, owners)
+    return Terminal(gp.seconds, gp.energy, tuple(gp.load))
 
 
 FLOORED = ("latency", "energy", "period", "memory")
@@ -159,7 +167,6 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     n_dev = len(instance.devices)
     fl = max(1, instance.search.fusion_limit)
     net = instance.network
-    power = [(float(d.power.compute_w), float(d.power.tx_w), float(d.power.rx_w)) for d in instance.devices]
     caps = [dev.memory_bytes if (drop_overflow and instance.constraints.memory) else None
             for dev in instance.devices]
     check_caps = any(c is not None for c in caps)
@@ -225,8 +232,8 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
                     if hit is None:
                         grp = tab.groups[tab.group[oi]]
                         p = tab.perm[oi]
-                        hit = priced[(e, oi)] = _arc(pr, instance, grp.option(p), grp.geos, tuple(grp.comp[p]),
-                                                     grp.weights, grp.computed, owners, last_read, power, n_dev)
+                        hit = priced[(e, oi)] = _arc(pr, grp.option(p), grp.geos, grp.comp[p].tolist(),
+                                                     grp.weights, grp.computed, owners)
                     arc, new_state = hit
                     arc = replace(arc)
                     if check_caps and any(c is not None and arc.weights[d] + arc.working[d] > c
@@ -253,26 +260,7 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
         if progress is not None:
             progress(phase=f"enumerating the plan graph, layer {b + 1} of {n}", arcs=len(arcs))
 
-    terminals = {}
-    sink = EXTERNAL if net.sink.external else net.sink.device
-    for nid in frontier.get(n, ()):
-        _, state = nodes[nid]
-        gs, en = 0.0, 0.0
-        owners = dict(state)
-        for t in g.outputs:
-            for o, region in owners.get(t, ()):
-                if o == sink or o == EXTERNAL:
-                    continue
-                nb = pr.region_bytes(t, region.cells)
-                if nb <= 0:
-                    continue
-                tt = pr.link_time(o, sink, nb)
-                gs += tt
-                en += power[o][1] * tt + (power[sink][2] * tt if sink != EXTERNAL else 0.0)
-        load = [0.0] * n_dev
-        if sink != EXTERNAL:
-            load[sink] = gs
-        terminals[nid] = Terminal(gs, en, tuple(load))
+    terminals = {nid: _terminal(pr, dict(nodes[nid][1])) for nid in frontier.get(n, ())}
 
     if bounded:
         n_before = len(arcs)
@@ -384,72 +372,17 @@ class _ExactFloors:
         return (comp + r).sum(axis=1) / self.n_dev
 
 
-def _arc(pr: Pricer, instance, opt: StageOption, geos, comp, wts, comp_bytes, owners, last_read,
-         power, n_dev):
-    """Price one option from one state; return the arc (tail/head unset) and the next state."""
-    net = instance.network
-    recv = [0.0] * n_dev
-    compute = [0.0] * n_dev
-    energy = 0.0
-    transfer_s = 0.0
-    weights = [0] * n_dev
-    working = [0] * n_dev
-    has_part = [False] * n_dev
-    for d, part, c, w, cb in zip(opt.devices, geos, comp, wts, comp_bytes):
-        has_part[d] = True
-        compute[d] = c
-        weights[d] = w
-        energy += power[d][0] * c
-        ws = cb
-        for t, need in part.needs.items():
-            own_mine = None
-            for o, region in owners.get(t, ()):
-                if o == d:
-                    own_mine = region
-                    continue
-                if need.empty:
-                    continue
-                cells = intersect_cells(need, region)
-                if cells <= 0:
-                    continue
-                nb = pr.region_bytes(t, cells)
-                tt = pr.link_time(o, d, nb)
-                recv[d] += tt
-                transfer_s += tt
-                energy += (power[o][1] if o != EXTERNAL else 0.0) * tt + power[d][2] * tt
-            cells = union_cells(need, own_mine) if own_mine is not None else need.cells
-            ws += pr.region_bytes(t, cells)
-        # owned live tensors this part does not read
-        for t, lst in owners.items():
-            if t in part.needs:
-                continue
-            for o, region in lst:
-                if o == d:
-                    ws += pr.region_bytes(t, region.cells)
-        working[d] = ws
-    for d in range(n_dev):
-        if has_part[d]:
-            continue
-        ws = 0
-        for t, lst in owners.items():
-            for o, region in lst:
-                if o == d:
-                    ws += pr.region_bytes(t, region.cells)
-        working[d] = ws
-    if net.medium == "shared":
-        tau = transfer_s + max(compute[d] for d in opt.devices)
-    else:
-        tau = max(recv[d] + compute[d] for d in opt.devices)
-    load = tuple(compute[d] + recv[d] for d in range(n_dev))
-
-    e = opt.last
-    new = {t: lst for t, lst in owners.items() if last_read.get(t, -1) > e}
-    for d, part in zip(opt.devices, geos):
-        for t, region in part.owns.items():
-            if last_read.get(t, -1) > e and not region.empty:
-                new.setdefault(t, ())
-                new[t] = new[t] + ((d, region),)
-    state = tuple(sorted((t, tuple(sorted(lst, key=lambda x: (x[1].rows, x[1].chans, x[0]))))
-                         for t, lst in new.items()))
-    arc = Arc(-1, -1, opt, tau, energy, load, transfer_s, tuple(weights), tuple(working))
+def _arc(pr: Pricer, opt: StageOption, geos, comp, weights, computed, owners):
+    """Price one option from one state (``price_stage``, with the group's precomputed compute
+    seconds, weight and computed bytes per part); return the arc (tail/head unset) and the next
+    state in its canonical form (tensors by name, owners by region then device)."""
+    sp = price_stage(pr, owners, opt.last, opt.devices, geos, comp, weights, computed)
+    state = tuple(sorted((t, tuple(sorted(lst, key=_owner_key)) if len(lst) > 1 else lst)
+                         for t, lst in sp.owners.items()))
+    arc = Arc(-1, -1, opt, sp.tau, sp.energy, tuple(sp.load), sp.transfer_s, tuple(sp.weights),
+              tuple(sp.working))
     return arc, state
+
+
+def _owner_key(owner):
+    return owner[1].rows, owner[1].chans, owner[0]

@@ -2,8 +2,13 @@
 
 ``evaluate(plan, instance)`` returns ``Metrics``: latency (switched or shared medium), energy
 in total and per device, period and throughput, per-device memory, feasibility and a
-per-stage breakdown. Every planner and every exact formulation is judged by this function,
-and the formulations price their choices through ``Pricer``, the same code it uses.
+per-stage breakdown. Every planner and every exact formulation is judged by this function.
+
+A stage's cost is assembled in one place, ``price_stage`` (and the final gather in
+``price_gather``): the evaluator prices every stage through it, and so do the exact engine's
+arcs (``formulations.stagegraph``), the heuristics' simulator (``planners.common.Sim``) and
+DistrEdge, each passing in what it has precomputed (compute seconds, weight and computed
+bytes per part). ``Pricer`` holds the cached per-instance numbers under them.
 
 Decisions where docs/model.md leaves room (also in docs/cost-model.md):
 - A part's need of an external tensor read by several layers of its stage is the one interval
@@ -19,8 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Mapping, Sequence
 
 from milp_planner.instance.devices import layer_time
+from milp_planner.model.graph import last_readers
 from milp_planner.space.geometry import (
     PartGeometry,
     Region,
@@ -28,7 +35,6 @@ from milp_planner.space.geometry import (
     full_region,
     intersect_cells,
     tensor_grid,
-    union_cells,
 )
 from milp_planner.instance import Instance
 from milp_planner.space.plan import Plan, check_plan
@@ -153,6 +159,8 @@ class Pricer:
         self.net = instance.network
         self.n_dev = len(instance.devices)
         self._time: dict = {}
+        self._part_time: dict = {}
+        self._lower_bound: float | None = None
         self._io = {}
         g = self.graph
         dt = instance.dtype_bytes
@@ -160,6 +168,15 @@ class Pricer:
             io = sum(g.elements(t) for t in layer.inputs) + g.elements(layer.output)
             self._io[layer.id] = (io * dt, layer.params * dt)
         self._unit = {}
+        net = instance.network
+        #: (compute, tx, rx) watts of each device, as floats
+        self.power = tuple((float(d.power.compute_w), float(d.power.tx_w), float(d.power.rx_w))
+                           for d in instance.devices)
+        #: the last layer reading each tensor (graph outputs: the number of layers)
+        self.last_read = last_readers(g)
+        self.shared = net.medium == "shared"
+        self.source = EXTERNAL if net.source.external else net.source.device
+        self.sink = EXTERNAL if net.sink.external else net.sink.device
 
     def unit_bytes(self, tensor: str) -> int:
         """Bytes of one (row, channel) cell of ``tensor``."""
@@ -181,6 +198,17 @@ class Pricer:
     def compute_time(self, d: int, part: PartGeometry) -> float:
         """Seconds device ``d`` spends computing ``part`` (overheads of touched layers included)."""
         return sum(self.layer_time(d, lid, f, part.axis) for lid, f in part.fraction.items())
+
+    def part_time(self, d: int, part: PartGeometry) -> float:
+        """``compute_time``, remembered per part: for callers that price the same parts again
+        and again (the evaluator, the heuristics' searches); the exact engine precomputes its own."""
+        key = (id(part), d)
+        hit = self._part_time.get(key)
+        if hit is not None and hit[0] is part:  # the part is held in the value, so its id is not reused
+            return hit[1]
+        t = self.compute_time(d, part)
+        self._part_time[key] = (part, t)
+        return t
 
     def weight_bytes(self, part: PartGeometry, axis: str) -> dict[int, int]:
         """Weight bytes per layer the part touches (a channel part: its share, round half up)."""
@@ -226,6 +254,170 @@ def pricer(instance: Instance) -> Pricer:
     return _pricer(instance)
 
 
+Owners = Mapping[str, Sequence[tuple[int, Region]]]
+"""Ownership state: tensor -> (device or ``EXTERNAL``, region it owns), for every live tensor."""
+
+
+@dataclass(slots=True)
+class StagePrice:
+    """Every cost of one stage priced from one ownership state (docs/model.md section 4).
+
+    Per-device lists are indexed by device. A device without a part computes and receives
+    nothing and stores no weights; its working set is what it owns of the live tensors."""
+
+    tau: float  # stage time: switched max_d(recv + compute); shared sum(messages) + max_d(compute)
+    energy: float  # J: compute, send and receive energy of the stage (sum of ``energy_dev``)
+    energy_dev: list[float]  # J per device (an external source draws none)
+    compute: list[float]  # s per device
+    recv: list[float]  # s per device: the sum of its incoming messages
+    bytes_in: list[int]  # bytes each device receives
+    transfer_s: float  # the sum of every message's seconds (what a shared medium carries)
+    weights: list[int] | None  # weight bytes of the layers each device computes here (None: not asked)
+    working: list[int] | None  # working set of each device during the stage (None: not asked)
+    owners: dict[str, tuple[tuple[int, Region], ...]]  # the next state: tensors live after the stage
+    transfers: list[Transfer] | None  # every message in the evaluator's order (None: not asked)
+
+    @property
+    def load(self) -> list[float]:
+        """Compute + receive seconds of each device (its share of the period)."""
+        return [c + r for c, r in zip(self.compute, self.recv)]
+
+
+@dataclass(slots=True)
+class GatherPrice:
+    """The final gather of the graph outputs at the sink (docs/model.md section 4)."""
+
+    seconds: float  # the sum of the gather's messages (latency's last term)
+    energy: float  # J, the sum of ``energy_dev``
+    energy_dev: list[float]  # J per device: senders' transmit, the sink's receive
+    load: list[float]  # s per device: the gather counted as the sink device's receive (period)
+    transfers: list[Transfer] | None  # every message (None: not asked)
+
+
+def initial_owners(pr: Pricer) -> dict[str, tuple[tuple[int, Region], ...]]:
+    """The ownership state before the first stage: the source owns every graph input that is read."""
+    g, lr = pr.graph, pr.last_read
+    return {t: ((pr.source, full_region(g, t)),) for t in g.inputs if lr.get(t, -1) >= 0}
+
+
+def price_stage(pr: Pricer, owners: Owners, last: int, devices: Sequence[int], geos: Sequence[PartGeometry],
+                comp: Sequence[float] | None = None, weights: Sequence[int] | None = None,
+                computed: Sequence[int] | None = None, *, memory: bool = True,
+                detail: bool = False) -> StagePrice:
+    """Price one stage ending at layer ``last`` from the ownership state ``owners``.
+
+    This is the one place a stage's cost is assembled: the evaluator, the exact engine's arcs,
+    the heuristics' ``Sim`` and DistrEdge all call it. ``devices[i]`` computes part
+    ``geos[i]`` (from ``pr.geometry.parts``). What a caller has precomputed per part is
+    passed in: ``comp`` (compute seconds on its device, ``pr.compute_time``), ``weights``
+    (weight bytes, ``pr.weight_bytes`` summed) and ``computed`` (``pr.computed_bytes``); left
+    ``None`` they are computed here. ``owners`` must hold only tensors live at the stage (a
+    previous ``StagePrice.owners`` or ``initial_owners``). ``memory=False`` skips the weights
+    and working sets (latency, energy and period do not need them); ``detail=True`` lists every
+    message.
+    """
+    n_dev = pr.n_dev
+    power = pr.power
+    link_time = pr.link_time
+    units = pr._unit
+    compute = [0.0] * n_dev
+    recv = [0.0] * n_dev
+    bytes_in = [0] * n_dev
+    energy_dev = [0.0] * n_dev
+    wts = [0] * n_dev if memory else None
+    transfers: list[Transfer] | None = [] if detail else None
+    transfer_s = 0.0
+    ws: list[int] | None = None
+    if memory:
+        # what each device owns of the live tensors; a part's working set adds what it reads and
+        # computes, and counts a read tensor once as the union of its need and what it owns
+        ws = [0] * n_dev
+        for t, lst in owners.items():
+            u = units.get(t) or pr.unit_bytes(t)
+            for o, region in lst:
+                if o >= 0:
+                    ws[o] += region.cells * u
+    for i, d in enumerate(devices):
+        part = geos[i]
+        c = comp[i] if comp is not None else pr.part_time(d, part)
+        compute[d] = c
+        if wts is not None:
+            wts[d] = weights[i] if weights is not None else sum(pr.weight_bytes(part, part.axis).values())
+        energy_dev[d] += power[d][0] * c
+        rx = power[d][2]
+        r = 0.0
+        b_in = 0
+        extra = 0
+        for t, need in part.needs.items():
+            u = units.get(t) or pr.unit_bytes(t)
+            own_mine = None
+            for o, region in owners[t]:
+                if o == d:
+                    own_mine = region
+                    continue
+                if need.empty:
+                    continue
+                cells = intersect_cells(need, region)
+                if cells <= 0:
+                    continue
+                nb = cells * u
+                tt = link_time(o, d, nb)
+                r += tt
+                b_in += nb
+                if o != EXTERNAL:
+                    energy_dev[o] += power[o][1] * tt
+                energy_dev[d] += rx * tt
+                if transfers is not None:
+                    transfers.append(Transfer(t, o, d, nb, tt))
+            if ws is not None:
+                extra += (need.cells if own_mine is None else need.cells - intersect_cells(need, own_mine)) * u
+        recv[d] = r
+        bytes_in[d] = b_in
+        transfer_s += r
+        if ws is not None:
+            ws[d] += extra + (computed[i] if computed is not None else pr.computed_bytes(part))
+    if pr.shared:
+        tau = transfer_s + max(compute[d] for d in devices)
+    else:
+        tau = max(recv[d] + compute[d] for d in devices)
+
+    lr = pr.last_read
+    new = {t: lst for t, lst in owners.items() if lr.get(t, -1) > last}
+    for d, part in zip(devices, geos):
+        for t, region in part.owns.items():
+            if not region.empty and lr.get(t, -1) > last:
+                new[t] = new.get(t, ()) + ((d, region),)
+    return StagePrice(tau, sum(energy_dev), energy_dev, compute, recv, bytes_in, transfer_s, wts, ws, new,
+                      transfers)
+
+
+def price_gather(pr: Pricer, owners: Owners, *, detail: bool = False) -> GatherPrice:
+    """Price sending every graph output's owned regions to the sink (after the last stage)."""
+    n_dev = pr.n_dev
+    sink, power = pr.sink, pr.power
+    energy_dev = [0.0] * n_dev
+    transfers: list[Transfer] | None = [] if detail else None
+    secs = 0.0
+    for t in pr.graph.outputs:
+        for o, region in owners.get(t, ()):
+            if o == sink or o == EXTERNAL:
+                continue
+            nb = pr.region_bytes(t, region.cells)
+            if nb <= 0:
+                continue
+            tt = pr.link_time(o, sink, nb)
+            secs += tt
+            energy_dev[o] += power[o][1] * tt
+            if sink != EXTERNAL:
+                energy_dev[sink] += power[sink][2] * tt
+            if transfers is not None:
+                transfers.append(Transfer(t, o, sink, nb, tt))
+    load = [0.0] * n_dev
+    if sink != EXTERNAL:
+        load[sink] = secs
+    return GatherPrice(secs, sum(energy_dev), energy_dev, load, transfers)
+
+
 def normalized_stages(plan: Plan, instance: Instance):
     """(first, last, axis, [(device index, range)]) per stage; one-part stages become ``none``."""
     out = []
@@ -251,119 +443,40 @@ def evaluate(plan: Plan, instance: Instance, check: bool = True) -> Metrics:
 def evaluate_stages(stages, instance: Instance, space_reasons=()) -> Metrics:
     """Evaluate already normalized stages (see ``normalized_stages``); no structural checks."""
     pr = _pricer(instance)
-    g, geo, net = instance.graph, pr.geometry, instance.network
+    geo, net = pr.geometry, instance.network
     n_dev = len(instance.devices)
     devs = range(n_dev)
 
-    # Which stage reads each tensor last; graph outputs stay live to the end.
-    last_reader: dict[str, int] = {}
-    stage_of = {}
-    for si, (first, last, _, _) in enumerate(stages):
-        for lid in range(first, last + 1):
-            stage_of[lid] = si
-    for layer in g.layers:
-        for t in layer.inputs:
-            last_reader[t] = max(last_reader.get(t, -1), stage_of[layer.id])
-    for t in g.outputs:
-        last_reader[t] = len(stages)
-
-    owners: dict[str, list[tuple[int, Region]]] = {}
-    src = net.source.device if not net.source.external else EXTERNAL
-    for t in g.inputs:
-        owners[t] = [(src, full_region(g, t))]
-
+    owners = initial_owners(pr)
     stage_costs: list[StageCost] = []
-    weights: list[dict[int, int]] = [dict() for _ in devs]
+    weights = [0] * n_dev  # weight bytes of every layer a device computes (each layer is in one stage)
     ws_max = [0] * n_dev
     energy_dev = [0.0] * n_dev
     load = [0.0] * n_dev  # per-device compute + receive, for the period
     all_transfer_s = 0.0
-    pw = [(float(d.power.compute_w), float(d.power.tx_w), float(d.power.rx_w)) for d in instance.devices]
 
-    for si, (first, last, axis, parts) in enumerate(stages):
-        geos = geo.parts(first, last, axis, [r for _, r in parts])
-        compute, recv, bytes_in, transfers = {}, {}, {}, []
-        reads: dict[int, dict[str, Region]] = {}
-        for (d, _), part in zip(parts, geos):
-            compute[d] = pr.compute_time(d, part)
-            for lid, wb in pr.weight_bytes(part, axis).items():
-                weights[d][lid] = max(weights[d].get(lid, 0), wb)
-            r_s, b_in = 0.0, 0
-            for t, need in part.needs.items():
-                if need.empty:
-                    continue
-                for o, region in owners[t]:
-                    if o == d:
-                        continue
-                    cells = intersect_cells(need, region)
-                    if cells <= 0:
-                        continue
-                    nb = pr.region_bytes(t, cells)
-                    tt = pr.link_time(o, d, nb)
-                    transfers.append(Transfer(t, o, d, nb, tt))
-                    r_s += tt
-                    b_in += nb
-            recv[d], bytes_in[d] = r_s, b_in
-            reads[d] = part.needs
-        stage_transfer_s = sum(t.time_s for t in transfers)
-        if net.medium == "shared":
-            tau = stage_transfer_s + max(compute.values())
-        else:
-            tau = max(recv[d] + compute[d] for d in compute)
-        all_transfer_s += stage_transfer_s
-        for t in transfers:
-            if t.src != EXTERNAL:
-                energy_dev[t.src] += pw[t.src][1] * t.time_s
-            energy_dev[t.dst] += pw[t.dst][2] * t.time_s
-        for d in compute:
-            energy_dev[d] += pw[d][0] * compute[d]
-            load[d] += compute[d] + recv[d]
-
-        # Working set of every device during this stage.
-        ws = {}
-        computed = {d: pr.computed_bytes(part) for (d, _), part in zip(parts, geos)}
+    for first, last, axis, parts in stages:
+        devices = [d for d, _ in parts]
+        sp = price_stage(pr, owners, last, devices, geo.parts(first, last, axis, [r for _, r in parts]),
+                         detail=True)
         for d in devs:
-            total = computed.get(d, 0)
-            mine = reads.get(d, {})
-            seen = set()
-            for t, need in mine.items():
-                seen.add(t)
-                own = _owned(owners.get(t, ()), d)
-                cells = union_cells(need, own) if own is not None and last_reader.get(t, -1) >= si else need.cells
-                total += pr.region_bytes(t, cells)
-            for t, lst in owners.items():
-                if t in seen or last_reader.get(t, -1) < si:
-                    continue
-                own = _owned(lst, d)
-                if own is not None:
-                    total += pr.region_bytes(t, own.cells)
-            ws[d] = total
-            ws_max[d] = max(ws_max[d], total)
-
-        for (d, _), part in zip(parts, geos):
-            for t, region in part.owns.items():
-                if not region.empty:
-                    owners.setdefault(t, []).append((d, region))
-        stage_costs.append(StageCost(first, last, axis, list(parts), compute, recv, bytes_in, transfers, tau, ws))
+            weights[d] += sp.weights[d]
+            ws_max[d] = max(ws_max[d], sp.working[d])
+            energy_dev[d] += sp.energy_dev[d]
+            load[d] += sp.compute[d] + sp.recv[d]
+        all_transfer_s += sp.transfer_s
+        stage_costs.append(StageCost(first, last, axis, list(parts), {d: sp.compute[d] for d in devices},
+                                     {d: sp.recv[d] for d in devices}, {d: sp.bytes_in[d] for d in devices},
+                                     sp.transfers, sp.tau, dict(enumerate(sp.working))))
+        owners = sp.owners
 
     # Gather the graph outputs at the sink.
-    sink = net.sink.device if not net.sink.external else EXTERNAL
-    gather: list[Transfer] = []
-    for t in g.outputs:
-        for o, region in owners.get(t, ()):
-            if o == sink or o == EXTERNAL:
-                continue
-            nb = pr.region_bytes(t, region.cells)
-            if nb > 0:
-                gather.append(Transfer(t, o, sink, nb, pr.link_time(o, sink, nb)))
-    gather_s = sum(t.time_s for t in gather)
-    for t in gather:
-        energy_dev[t.src] += pw[t.src][1] * t.time_s
-        if sink != EXTERNAL:
-            energy_dev[sink] += pw[sink][2] * t.time_s
+    gp = price_gather(pr, owners, detail=True)
+    gather, gather_s = gp.transfers, gp.seconds
+    for d in devs:
+        energy_dev[d] += gp.energy_dev[d]
+        load[d] += gp.load[d]
     all_transfer_s += gather_s
-    if sink != EXTERNAL:
-        load[sink] += gather_s
 
     latency = sum(s.tau_s for s in stage_costs) + gather_s
     period = max(load) if load else 0.0
@@ -371,7 +484,7 @@ def evaluate_stages(stages, instance: Instance, space_reasons=()) -> Metrics:
         period = max(period, all_transfer_s)
 
     names = instance.device_names
-    memory = {names[d]: sum(weights[d].values()) + ws_max[d] for d in devs}
+    memory = {names[d]: weights[d] + ws_max[d] for d in devs}
     energy_per_device = {names[d]: energy_dev[d] for d in devs}
     energy = sum(energy_dev)
 
@@ -405,13 +518,6 @@ def evaluate_stages(stages, instance: Instance, space_reasons=()) -> Metrics:
     )
 
 
-def _owned(owner_list, d: int) -> Region | None:
-    for o, region in owner_list:
-        if o == d:
-            return region
-    return None
-
-
 def lower_bound_latency(instance: Instance) -> float:
     """Latency no plan can beat: the work spread perfectly over all devices, communication free.
 
@@ -420,6 +526,12 @@ def lower_bound_latency(instance: Instance) -> float:
     1 / sum_d (1 / T_d).
     """
     pr = _pricer(instance)
+    if pr._lower_bound is None:
+        pr._lower_bound = _fluid_latency(instance, pr)
+    return pr._lower_bound
+
+
+def _fluid_latency(instance: Instance, pr: Pricer) -> float:
     rate = 0.0
     for d, dev in enumerate(instance.devices):
         total = 0.0

@@ -11,9 +11,8 @@ The pieces:
   * device facts: ``rates`` (effective linear MAC/s), ``speed_weights`` (the capacity speeds),
     ``fastest_device``, ``mean_in_bandwidth``;
   * scoring: ``evaluate_tuples``, ``score`` (feasible first, then the objective), ``best_of``;
-  * ``Sim``: the evaluator's stage-by-stage latency and energy bookkeeping, incremental, so
-    searches can price one stage given who owns which rows (same numbers as ``evaluate`` for
-    latency and energy; memory and period are left to the evaluator);
+  * ``Sim``: prices one stage at a time given who owns which rows, through the evaluator's own
+    ``price_stage`` (so latency and energy are the evaluator's; memory is left to it);
   * ``stage_dp``: a dynamic program over stage boundaries whose state is the ownership of the
     tensors live at the boundary. Over any candidate set of stages it is exact for latency and
     energy, because a stage's cost depends only on who owns what it reads.
@@ -24,8 +23,16 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable, Sequence
 
-from milp_planner.cost.evaluator import EXTERNAL, Metrics, evaluate, pricer
-from milp_planner.space.geometry import full_region, intersect_cells
+from milp_planner.cost.evaluator import (
+    EXTERNAL,
+    Metrics,
+    StagePrice,
+    evaluate,
+    initial_owners,
+    price_gather,
+    price_stage,
+    pricer,
+)
 from milp_planner.model.graph import last_readers
 from milp_planner.instance import Instance
 from milp_planner.space.plan import Part, Plan, Stage
@@ -265,11 +272,13 @@ def best_of(instance: Instance, candidates: Iterable[Sequence[StageT]], objectiv
 class Sim:
     """Price stages one at a time given who owns which region of every live tensor.
 
-    ``owners`` maps tensor -> tuple of (device, Region); ``initial()`` holds the model inputs.
-    ``stage(owners, st)`` returns (tau_s, energy_j, owners after the stage, restricted to the
-    tensors live after it). ``gather(owners)`` prices the final gather. Summing ``tau`` over
-    the stages plus ``gather`` gives ``evaluate(...).latency_s``; summing energies gives
-    ``energy_j`` (to float rounding).
+    ``owners`` maps tensor -> tuple of (device, Region) for the tensors live at a boundary;
+    ``initial()`` holds the model inputs. ``price(owners, st)`` is the evaluator's
+    ``price_stage`` of one stage tuple (a ``StagePrice``; its ``owners`` is the state after the
+    stage), ``stage(owners, st)`` its (tau_s, energy_j, owners after) and ``gather(owners)``
+    the final gather (``price_gather``). Summing ``tau`` over the stages plus ``gather`` gives
+    ``evaluate(...).latency_s``; summing energies gives ``energy_j`` (to float rounding).
+    Weights and working sets are not priced (``memory=False``): memory is left to the evaluator.
     """
 
     def __init__(self, instance: Instance):
@@ -277,8 +286,6 @@ class Sim:
         self.pr = pricer(instance)
         self.geo = self.pr.geometry
         self.g = instance.graph
-        self.shared = instance.network.medium == "shared"
-        self.pw = [(float(d.power.compute_w), float(d.power.tx_w), float(d.power.rx_w)) for d in instance.devices]
         g = self.g
         n = len(g.layers)
         # live[b]: tensors needed at or after boundary b (before layer b), in a fixed order
@@ -290,71 +297,27 @@ class Sim:
         self.live = []
         for b in range(n + 1):
             self.live.append(tuple(t for t in order if produced_at[t] < b and last_use.get(t, -1) >= b))
-        self.live_set = [frozenset(x) for x in self.live]
-        self._cache: dict = {}
 
     def initial(self) -> dict:
-        src = source_device(self.instance)
-        return {t: ((src, full_region(self.g, t)),) for t in self.g.inputs}
+        return initial_owners(self.pr)
 
     def key(self, owners: dict, boundary: int) -> tuple:
         return tuple(owners.get(t) for t in self.live[boundary])
 
-    def stage(self, owners: dict, st: StageT) -> tuple[float, float, dict]:
+    def price(self, owners: dict, st: StageT) -> StagePrice:
+        """Every latency, energy and period cost of stage ``st`` from ``owners``."""
         first, last, axis, parts = st
-        pr, pw = self.pr, self.pw
         geos = self.geo.parts(first, last, axis, [r for _, r in parts])
-        compute: dict[int, float] = {}
-        recv: dict[int, float] = {}
-        transfer_s = 0.0
-        energy = 0.0
-        for (d, _), part in zip(parts, geos):
-            c = pr.compute_time(d, part)
-            compute[d] = c
-            energy += pw[d][0] * c
-            r = 0.0
-            for t, need in part.needs.items():
-                if need.empty:
-                    continue
-                for o, region in owners[t]:
-                    if o == d:
-                        continue
-                    cells = intersect_cells(need, region)
-                    if cells <= 0:
-                        continue
-                    tt = pr.link_time(o, d, pr.region_bytes(t, cells))
-                    r += tt
-                    energy += ((pw[o][1] if o != EXTERNAL else 0.0) + pw[d][2]) * tt
-            recv[d] = r
-            transfer_s += r
-        if self.shared:
-            tau = transfer_s + max(compute.values())
-        else:
-            tau = max(recv[d] + compute[d] for d in compute)
-        live_after = self.live_set[last + 1]
-        new = {t: v for t, v in owners.items() if t in live_after}
-        for (d, _), part in zip(parts, geos):
-            for t, region in part.owns.items():
-                if t in live_after and not region.empty:
-                    new[t] = new.get(t, ()) + ((d, region),)
-        return tau, energy, new
+        return price_stage(self.pr, owners, last, [d for d, _ in parts], geos, memory=False)
+
+    def stage(self, owners: dict, st: StageT) -> tuple[float, float, dict]:
+        sp = self.price(owners, st)
+        return sp.tau, sp.energy, sp.owners
 
     def gather(self, owners: dict) -> tuple[float, float]:
         """(seconds, joules) of sending every graph output's owned regions to the sink."""
-        net = self.instance.network
-        sink = EXTERNAL if net.sink.external else net.sink.device
-        pr, pw = self.pr, self.pw
-        secs = joules = 0.0
-        for t in self.g.outputs:
-            for o, region in owners.get(t, ()):
-                if o == sink or o == EXTERNAL:
-                    continue
-                nb = pr.region_bytes(t, region.cells)
-                if nb > 0:
-                    tt = pr.link_time(o, sink, nb)
-                    secs += tt
-                    joules += (pw[o][1] + (pw[sink][2] if sink != EXTERNAL else 0.0)) * tt
-        return secs, joules
+        gp = price_gather(self.pr, owners)
+        return gp.seconds, gp.energy
 
     def run(self, stages: Sequence[StageT]) -> tuple[float, float]:
         """(latency, energy) of a complete stage list."""

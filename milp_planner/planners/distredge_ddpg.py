@@ -52,8 +52,7 @@ ctx.threads (default 1) intra-op threads: the same seed gives the same plan.
 from __future__ import annotations
 
 from milp_planner.errors import PlannerError
-from milp_planner.cost.evaluator import EXTERNAL, evaluate
-from milp_planner.space.geometry import intersect_cells
+from milp_planner.cost.evaluator import EXTERNAL, StagePrice, evaluate
 from milp_planner.instance import Instance
 from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
 from milp_planner.planners.diapason import TorchState, import_torch
@@ -167,35 +166,23 @@ class _Episode:
     def state_dim(self) -> int:
         return self.n_dev + 4
 
-    def _stage(self, owners, st):
-        """Evaluator bookkeeping of one stage: (tau, energy, owners after, per-device finish offsets)."""
-        sim = self.sim
-        key = (st, sim.key(owners, st[0]))
+    def _stage(self, owners, st) -> StagePrice:
+        """The evaluator's price of one stage (``Sim.price``), cached by stage and state."""
+        key = (st, self.sim.key(owners, st[0]))
         hit = self.cache.get(key)
-        if hit is not None:
-            return hit
-        tau, energy, new = sim.stage(owners, st)
-        first, last, axis, parts = st
-        geos = sim.geo.parts(first, last, axis, [r for _, r in parts])
-        busy = {}
-        for (d, _), part in zip(parts, geos):
-            c = sim.pr.compute_time(d, part)
-            r = 0.0
-            for t, need in part.needs.items():
-                if need.empty:
-                    continue
-                for o, region in owners[t]:
-                    if o == d:
-                        continue
-                    cells = intersect_cells(need, region)
-                    if cells > 0:
-                        r += sim.pr.link_time(o, d, sim.pr.region_bytes(t, cells))
-            busy[d] = r + c
-        out = (tau, energy, new, busy)
-        if len(self.cache) > 200_000:
-            self.cache.clear()
-        self.cache[key] = out
-        return out
+        if hit is None:
+            if len(self.cache) > 200_000:
+                self.cache.clear()
+            hit = self.cache[key] = self.sim.price(owners, st)
+        return hit
+
+    def advance(self, owners, st, clock: float, finish: list[float]) -> StagePrice:
+        """Price ``st`` started at ``clock``: every device with a part finishes it at clock +
+        its receive + compute seconds (written into ``finish``)."""
+        sp = self._stage(owners, st)
+        for d, _ in st[3]:
+            finish[d] = clock + sp.compute[d] + sp.recv[d]
+        return sp
 
     def whole_run(self, first: int, last: int, owners) -> list:
         from milp_planner.planners.common import chunks, owner_of_most
@@ -295,11 +282,10 @@ class DistrEdgeDDPG(Planner):
                     while seg < stop:
                         a, b, _ = env.segments[seg]
                         for st in env.whole_run(a, b, owners):
-                            tau, e, owners, busy = env._stage(owners, st)
-                            for d, t in busy.items():
-                                finish[d] = clock + t
-                            clock += tau
-                            energy += e
+                            sp = env.advance(owners, st, clock, finish)
+                            owners = sp.owners
+                            clock += sp.tau
+                            energy += sp.energy
                             stages.append(st)
                         seg += 1
 
@@ -314,11 +300,10 @@ class DistrEdgeDDPG(Planner):
                     h = instance.graph.layers[env.segments[k][1]].rows
                     cuts = sorted(_round_half_up(h * (x + 1.0) / 2.0) for x in raw) if n_dev > 1 else []
                     st = env.split_stage(k, cuts)
-                    tau, e, owners, busy = env._stage(owners, st)
-                    for d, t in busy.items():
-                        finish[d] = clock + t
-                    clock += tau
-                    energy += e
+                    sp = env.advance(owners, st, clock, finish)
+                    owners = sp.owners
+                    clock += sp.tau
+                    energy += sp.energy
                     stages.append(st)
                     seg = k + 1
                     if pending is not None:
