@@ -24,7 +24,7 @@ Why the bounds hold (docs/model.md section 4):
   spread over the devices at best). A layer no plan can split (no allowed axis splits it) sits in
   a one-part stage, whose time is that device's compute: it adds ``min_d g_d(m_l)`` instead
   (**compute-only**: communication free, the plan's structure kept). w is chosen by a small LP
-  (scipy's HiGHS); the bound is then recomputed from w in plain arithmetic, so a solver
+  (HiGHS); the bound is then recomputed from w in plain arithmetic, so a solver
   tolerance can never make it invalid.
 - *Period* ``>= sum_d w_d load_d`` for weights of sum 1, so the fluid sum without ``topk``; and
   at least the time of the largest layer no plan can split, on its fastest device.
@@ -189,47 +189,69 @@ def _fluid_value(cost, layer_ids, w, k) -> float:
 
 
 def _fluid_lp(cost, layer_ids, n_dev, k):
-    """The weights maximising the fluid bound (an LP), or None if scipy fails."""
+    """The weights maximising the fluid bound (an LP solved by HiGHS), or None if it fails.
+
+    Variables w (devices), z (layers), t, u (devices): max sum z_l subject to
+    z_l <= cost[d, l] w_d, and k t + sum u_d <= 1 with u_d >= w_d - t (the k largest w sum to
+    at most 1). Only the weights are used; the bound is recomputed from them."""
     try:
+        import highspy
         import numpy as np
-        from scipy.optimize import linprog
-        from scipy.sparse import coo_matrix
-    except ImportError:  # pragma: no cover - scipy is a dependency of the solvers
+    except ImportError:  # pragma: no cover - HiGHS is a dependency of the solvers
         return None
     n_l = len(layer_ids)
-    # variables: w (n_dev), z (n_l), t (1), u (n_dev)
     nv = 2 * n_dev + n_l + 1
-    rows, cols, vals, rhs = [], [], [], []
+    it = n_dev + n_l
+    rows, cols, vals = [], [], []
     r = 0
-    for j, l in enumerate(layer_ids):
+    for j, l in enumerate(layer_ids):  # z_l - cost w_d <= 0
         for d in range(n_dev):
             rows += [r, r]
             cols += [n_dev + j, d]
             vals += [1.0, -cost[d, l]]
-            rhs.append(0.0)
             r += 1
-    it = n_dev + n_l
     for d in range(n_dev):  # w_d - t - u_d <= 0
         rows += [r, r, r]
         cols += [d, it, it + 1 + d]
         vals += [1.0, -1.0, -1.0]
-        rhs.append(0.0)
         r += 1
     rows += [r] * (n_dev + 1)  # k t + sum u <= 1
     cols += [it] + [it + 1 + d for d in range(n_dev)]
     vals += [float(k)] + [1.0] * n_dev
-    rhs.append(1.0)
-    r += 1
-    a = coo_matrix((vals, (rows, cols)), shape=(r, nv))
-    c = np.zeros(nv)
-    c[n_dev:n_dev + n_l] = -1.0
+    n_rows = r + 1
+    rows_a, cols_a, vals_a = np.array(rows), np.array(cols), np.array(vals, dtype=float)
+    scale = max(float(np.max(np.abs(vals_a))), 1e-300)
+    vals_a = np.where(rows_a < n_l * n_dev, vals_a / scale, vals_a)  # costs near 1 (z scaled alike)
+    order = np.lexsort((rows_a, cols_a))
+    rows_a, cols_a, vals_a = rows_a[order], cols_a[order], vals_a[order]
+    inf = highspy.kHighsInf
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = nv, n_rows
+    cost_vec = np.zeros(nv)
+    cost_vec[n_dev:n_dev + n_l] = -1.0
+    lp.col_cost_ = cost_vec
+    lp.col_lower_ = np.zeros(nv)
+    lp.col_upper_ = np.full(nv, inf)
+    upper = np.zeros(n_rows)
+    upper[-1] = 1.0
+    lp.row_lower_, lp.row_upper_ = np.full(n_rows, -inf), upper
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = np.searchsorted(cols_a, np.arange(nv + 1))
+    lp.a_matrix_.index_, lp.a_matrix_.value_ = rows_a, vals_a
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", 5.0)
     try:
-        res = linprog(c, A_ub=a, b_ub=np.array(rhs), bounds=[(0, None)] * nv, method="highs")
+        h.passModel(lp)
+        h.run()
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            return None
+        x = list(h.getSolution().col_value)
     except Exception:  # noqa: BLE001 - a failed LP only loses a candidate
         return None
-    if res.status != 0 or res.x is None:
-        return None
-    return [float(x) for x in res.x[:n_dev]]
+    finally:
+        h.resetGlobalScheduler(True)  # as formulations.caps: a later solve may use other threads
+    return [float(v) for v in x[:n_dev]]
 
 
 def _memory_floor(instance: Instance) -> int:
