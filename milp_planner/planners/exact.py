@@ -105,13 +105,17 @@ class ExactPlanner(Planner):
 
         obj = kw.get("objective") or instance.objective
         proven = f"; proven bound {err.lower:.6g}" if err.lower else ""
+        status = "timeout" if isinstance(err, SpaceTimeout) else "feasible"
         res = get_planner("offload").solve(instance, objective=obj, time_limit=FALLBACK_S)
         if res.plan is not None and res.metrics is not None and res.metrics.feasible and res.metrics.in_space:
-            res.planner, res.status, res.info = self.name, "timeout", {}
+            res.planner, res.status, res.info = self.name, status, {}
             res.message = f"{err}; returning the best single-device plan{proven}"
         else:
-            res = PlanResult(self.name, "timeout", obj, message=f"{err}; no plan yet{proven}")
+            res = PlanResult(self.name, status if status == "timeout" else "error", obj,
+                             message=f"{err}; no plan yet{proven}")
             res.space = space_dict(instance)
+        if isinstance(err, MemoryStop):
+            res.info["stopped_by"] = "memory budget"
         res.bound = err.lower if err.lower is None or res.value is None else min(err.lower, res.value)
         return res
 
