@@ -8,6 +8,10 @@ Otherwise the bound grows in small steps (the number of plans within a bound gro
 near the optimum) and never beyond the best plan found, so the round after a feasible plan is
 found holds every better plan. Each round proves ``min(graph bound, sg.outside)`` a lower
 bound. Period and memory are not additive: one round over the whole space.
+
+An incumbent (the anytime start's plan, in the space and within the caps) caps the bound the
+same way from the first round, and the rounds end as soon as their proven bound reaches it.
+The memory budget (``formulations.budget``) stops the rounds like the time limit does.
 """
 
 from __future__ import annotations
@@ -195,4 +199,5 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             upper = min(upper, st.best.found.value)
         if upper > 2 * max(st.lower, 1e-12):
             upper = math.inf
-        upper = min(upper, cap_at)
+        if bounded:
+            upper = min(upper, cap_at)  # no plan worse than the incumbent is needed
