@@ -97,15 +97,22 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
     Raises ``SpaceTimeout`` when the time limit runs out before any plan is found,
     ``MemoryStop`` when the memory budget (``formulations.budget``) is hit before any plan,
     ``SpaceTooLarge`` / ``PlannerError`` when the space cannot be enumerated and no plan was
-    found. After a plan, the budget stops the rounds with ``memory_out`` set.
+    found. After a plan, or with an incumbent, the budget stops the rounds with ``memory_out``
+    set, and a space too large to enumerate with ``refused`` set.
     """
     st = _State()
     try:
         return _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st)
     except MemoryBudgetExceeded as err:
-        if st.best is None:
+        if st.best is None and incumbent is None:
             raise MemoryStop(str(err), st.lower) from None
         return st.stop(memory_out=str(err))
+    except PlannerError as err:  # a space too large to enumerate (further)
+        if incumbent is None:
+            raise
+        out = st.stop()
+        out.refused = str(err)
+        return out
 
 
 def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _State) -> Exploration:

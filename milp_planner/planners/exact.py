@@ -270,6 +270,8 @@ class ExactPlanner(Planner):
             return ""
         if ex.memory_out:
             return f"{ex.memory_out}; the bound is the best proven"
+        if ex.refused:
+            return f"{ex.refused}; the bound is the best proven"
         if ex.timed_out:
             return "the time limit stopped the search; the bound is the best proven"
         return "not certified: the plan space within the best plan is too large to enumerate"
@@ -307,7 +309,7 @@ class DPPlanner(ExactPlanner):
     source = "this project (docs/model.md, lessons measured); shortest path over the stage graph"
 
     def stop_message(self, ex: Exploration) -> str:
-        if ex.certified or ex.timed_out or ex.memory_out:
+        if ex.certified or ex.timed_out or ex.memory_out or ex.refused:
             return super().stop_message(ex)
         if ex.found is not None and ex.found.bound is None:
             return "dp is exact for latency and energy only; this plan minimises latency"
