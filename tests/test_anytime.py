@@ -34,7 +34,19 @@ def _roof_device(name):
     return Device(name, CostModel("roofline", F(3000), F(1, 200), mem_bytes_per_s=F(400)), power=Power(F(5), F(1), F(2)))
 
 
+def _crossed_tables():
+    """Each device is fast on the layer the other is slow on: the per-device whole-model times
+    (the evaluator's ``lower_bound_s``) say nothing about a plan that uses each for its layer."""
+    g = chain_graph(2)
+    t = Device("t", CostModel("table", None, F(0), table={"c0": ((F(1), F(1, 100)),), "c1": ((F(1), F(1)),)}),
+               power=Power(F(1), F(1), F(1)))
+    u = Device("u", CostModel("table", None, F(0), table={"c0": ((F(1), F(1)),), "c1": ((F(1), F(1, 100)),)}),
+               power=Power(F(2), F(1), F(1)))
+    return _tiny(g, [t, u])
+
+
 FLOOR_CASES = {
+    "table-crossed": _crossed_tables,
     "chain-linear": lambda: _tiny(chain_graph(3), [device("a", 1000, "0.01"), device("b", 2500, "0.02", power=(4, 1, 2))]),
     "residual-shared": lambda: _tiny(residual_graph(), [device("a", 1000), device("b", 2000, power=(1, 1, 1))],
                                      medium="shared"),
