@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
-from milp_planner.space.cuts import Cuts, _cut_vectors, grid_points, ranges_from_cuts, speeds, stage_extent
+from milp_planner.space.cuts import Cuts, family_vectors, grid_points, ranges_from_cuts, speeds, stage_extent
 from milp_planner.space.plan import Part, Plan, Stage
 
 #: the fast baselines, cheapest and most often best first (measured: each well under a second
@@ -87,7 +87,7 @@ def run_start(instance: Instance, objective: str, budget: float, seed: int = 0) 
         plan, m, projected = res.plan, res.metrics, False
         if not m.in_space:
             try:
-                plan = project(res.plan, instance)
+                plan = project(res.plan, instance, deadline=t0 + budget)
                 m = evaluate(plan, instance)
             except PlannerError as err:
                 outcomes[name] = f"outside the space, projection failed: {err}"
@@ -104,12 +104,15 @@ def run_start(instance: Instance, objective: str, budget: float, seed: int = 0) 
     return StartReport(best, outcomes, time.perf_counter() - t0)
 
 
-def project(plan: Plan, instance: Instance) -> Plan:
+def project(plan: Plan, instance: Instance, deadline: float | None = None) -> Plan:
     """``plan`` moved into the instance's space (see the module docstring); raises
-    ``PlannerError`` if a stage cannot be."""
+    ``PlannerError`` if a stage cannot be or past ``deadline`` (a ``time.perf_counter()`` value,
+    checked between stages)."""
     fl = max(1, instance.search.fusion_limit)
     stages = []
     for s in plan.stages:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise PlannerError("the start's time ran out while projecting")
         for first in range(s.first, s.last + 1, fl):
             stages.append(_project_stage(instance, s, first, min(s.last, first + fl - 1)))
     return Plan(instance.name, stages, meta=dict(plan.meta, projected_from=plan.meta.get("planner")))
@@ -166,7 +169,7 @@ def _nearest_cuts(instance: Instance, n: int, sizes: list[int]) -> Cuts | None:
                 candidates.append(snapped)
         else:
             try:
-                candidates += _cut_vectors((family,), speeds(instance), n, k, sp.max_parts, where=instance.name)
+                candidates += family_vectors(family, speeds(instance), n, k, sp.max_parts, instance.name)
             except PlannerError:
                 continue  # a family too large to list: the others may still fit
     if not candidates:
