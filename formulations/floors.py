@@ -9,7 +9,12 @@ Why the bounds hold (docs/model.md section 4):
 - *Coverage.* Every plan computes, for each layer l, at least the rows the graph outputs need:
   the rows one part computing the whole graph as one ``none`` stage computes (``m_l``, a
   fraction; 1 for almost every layer). A layer's parts compute fractions ``f_d`` with
-  ``sum_d f_d >= m_l`` (halos only add rows; channel parts sum to 1).
+  ``sum_d f_d >= m_l`` (halos only add rows; channel parts sum to 1). That backward pass covers
+  the needs of a layer's readers by one interval; a plan's parts cover them by one interval each,
+  which is no less as long as the readers' needs of the whole outputs overlap or touch. They do
+  for every row dependency of docs/model.md section 2 (each maps a whole range to an interval
+  that reaches the border unless a crop or stride drops edge rows); two readers needing
+  disjoint slices of one tensor would need a row-wise Slice, which is not row-splittable.
 - *Per-device time.* For every cost model, the time of a fraction f > 0 of a layer is at least
   ``g(f) = o + a f``: ``linear`` and ``roofline`` are exactly of this form (the roofline's
   per-whole time does not depend on f); a ``table`` is piecewise linear through (0, 0), so
