@@ -54,13 +54,14 @@ class StartReport:
     start: Start | None
     outcomes: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    values: dict[str, float] = field(default_factory=dict)  # the usable plans' objectives
 
     def info(self) -> dict:
         """For ``PlanResult.info["anytime"]``."""
         s = self.start
         return {"start": s.baseline if s else None, "start_value": s.value if s else None,
                 "projected": s.projected if s else None, "baselines": dict(self.outcomes),
-                "seconds": self.seconds}
+                "values": dict(self.values), "seconds": self.seconds}
 
 
 def run_start(instance: Instance, objective: str, budget: float, seed: int = 0) -> StartReport:
@@ -71,6 +72,7 @@ def run_start(instance: Instance, objective: str, budget: float, seed: int = 0) 
     t0 = time.perf_counter()
     best: Start | None = None
     outcomes: dict[str, str] = {}
+    values: dict[str, float] = {}
     for name in START_BASELINES:
         left = budget - (time.perf_counter() - t0)
         if left <= 0:
@@ -97,11 +99,11 @@ def run_start(instance: Instance, objective: str, budget: float, seed: int = 0) 
             why = "; ".join(m.space_reasons or m.violations)
             outcomes[name] = f"{'projected plan ' if projected else ''}not usable: {why}"[:240]
             continue
-        value = m.value(objective)
+        value = values[name] = m.value(objective)
         outcomes[name] = f"{value:.6g}" + (" (projected into the space)" if projected else "")
         if best is None or value < best.value:
             best = Start(plan, value, name, projected)
-    return StartReport(best, outcomes, time.perf_counter() - t0)
+    return StartReport(best, outcomes, time.perf_counter() - t0, values)
 
 
 def project(plan: Plan, instance: Instance, deadline: float | None = None) -> Plan:
