@@ -1,8 +1,10 @@
-"""Problem-specific lower bounds valid for every plan: any cuts, fusion, part count or devices.
+"""Problem-specific lower bounds valid for every plan of the space, and beyond it.
 
 ``lower_floor(instance, objective)`` returns a ``Floor`` (value, source). It does not depend on
-the split families or ``fusion_limit``, so it bounds every plan the evaluator can price, in the
-space or not. The exact planners report it when their own proof is weaker (docs/exact.md).
+the split families or ``fusion_limit``: it bounds every plan whose stages have at most
+``max_parts`` parts and split only along ``axes``, whatever its cuts, fusion and devices (energy
+and period: every plan, whatever its part counts). The exact planners report it when their own
+proof is weaker (docs/exact.md).
 
 Why the bounds hold (docs/model.md section 4):
 
