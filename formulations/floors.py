@@ -46,7 +46,6 @@ Why the bounds hold (docs/model.md section 4):
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 from milp_planner.instance import Instance

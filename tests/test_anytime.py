@@ -86,8 +86,6 @@ def test_floor_is_not_trivial():
 # -- the anytime start, the bound and its source ------------------------------------------
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from formulations.budget import MemoryBudgetExceeded, check_memory, memory_budget, parse_size, rss_bytes
@@ -228,12 +226,13 @@ def test_a_budget_50mb_above_the_current_memory_on_a_hard_instance():
 
 # -- JSON -----------------------------------------------------------------------------------
 
-def test_solve_json_carries_bound_source():
+def test_solve_json_carries_bound_source(capsys):
+    from milp_planner.cli import main
+
     def run(*extra):
-        proc = subprocess.run([sys.executable, "-m", "milp_planner", "solve", "example:tiny-2dev", "--planner", "dp",
-                               "--json", "--quiet", *extra], capture_output=True, text=True, cwd=ROOT, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout)
+        assert main(["solve", "example:tiny-2dev", "--planner", "dp", "--json", "--quiet", "--compare", "none",
+                     *extra]) == 0
+        return json.loads(capsys.readouterr().out)
 
     out = run("--time-limit", "60")
     assert out["status"] == "optimal" and out["bound_source"] in ("certified", "rounds")
