@@ -1,17 +1,24 @@
 """Anytime exact planners: floors valid for every plan, the baseline start, bound sources, the
 memory budget (docs/exact.md, "Anytime")."""
 
+import json
 from dataclasses import replace
 from fractions import Fraction as F
+from pathlib import Path
 
 import pytest
 from builders import chain_graph, device, fc_graph, make_instance, residual_graph
 
+from formulations.budget import MemoryBudgetExceeded, check_memory, memory_budget, parse_size, rss_bytes
 from formulations.floors import Floor, lower_floor
+from milp_planner.cost.evaluator import evaluate
+from milp_planner.errors import PlannerError
 from milp_planner.instance import SearchSpace
 from milp_planner.instance.devices import CostModel, Device, Power
 from milp_planner.instance.network import Endpoint
+from milp_planner.instance.reader import load_instance
 from milp_planner.planners import get_planner
+from milp_planner.planners.anytime_start import START_BASELINES, project, start_budget
 
 OBJECTIVES = ["latency", "energy", "period", "memory"]
 
@@ -84,15 +91,6 @@ def test_floor_is_not_trivial():
 
 
 # -- the anytime start, the bound and its source ------------------------------------------
-
-import json
-from pathlib import Path
-
-from formulations.budget import MemoryBudgetExceeded, check_memory, memory_budget, parse_size, rss_bytes
-from milp_planner.cost.evaluator import evaluate
-from milp_planner.errors import PlannerError
-from milp_planner.instance.reader import load_instance
-from milp_planner.planners.anytime_start import START_BASELINES, project, start_budget
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOOR_SOURCES = ("fluid", "compute-only", "weights")
