@@ -68,6 +68,9 @@ ROUND_OPTIONS = (
     Option("capped_search", bool, True, "resource-constrained DP search under memory caps"),
     Option("max_labels", int, 2_000_000, "label budget of the capped DP search", ge=1, le=10**9),
     Option("lagrange_rounds", int, 12, "Lagrangian price rounds", ge=0, le=10**6),
+)
+#: the options of the anytime start and the memory budget (dp, milp, cpsat)
+ANYTIME_OPTIONS = (
     Option("anytime", bool, True, "start from the best fast baseline's plan in the space (docs/exact.md)"),
     Option("memory_budget", str, "4GB", "resident memory at which the search stops with its best plan and bound "
            "(bytes, or like 4GB, 512MB)", check=size_problem),
@@ -81,7 +84,7 @@ class ExactPlanner(Planner):
     a subclass only says how one round's graph is solved (``solve_graph``)."""
 
     exact = True
-    option_specs = ROUND_OPTIONS
+    option_specs = ROUND_OPTIONS + ANYTIME_OPTIONS
 
     #: runs the anytime start and reports floors (the rounds' planners; not bruteforce)
     anytime_capable = True
@@ -132,6 +135,8 @@ class ExactPlanner(Planner):
         The bound never exceeds the plan's objective; a plan that meets the caps with a proven
         gap of at most ``OPTIMAL_GAP`` is ``optimal`` (docs/model.md section 6)."""
         info = res.info
+        if not self.exact:  # lp-round: its bound is the LP's, said by report.terminal.bound_source
+            return
         if getattr(res, "_certified", False) and res.bound is not None:
             info["bound_source"] = "certified"
             return
@@ -321,7 +326,7 @@ class MILPPlanner(ExactPlanner):
     name = "milp"
     description = "path-flow MILP over the stage graph (Pyomo + HiGHS), DP warm start and arc fixing"
     source = "this project; Pyomo model in formulations.milp"
-    option_specs = ROUND_OPTIONS + (
+    option_specs = ROUND_OPTIONS + ANYTIME_OPTIONS + (
         Option("solver", str, "appsi_highs", "Pyomo solver name", check=_solver_available),
         FIX_ARCS,
         LOG,
@@ -337,7 +342,7 @@ class CPSATPlanner(ExactPlanner):
     name = "cpsat"
     description = "path-flow CP-SAT model over the stage graph (OR-Tools), integer ns/nJ/bytes, DP hint"
     source = "this project; CpModel in formulations.cpsat"
-    option_specs = ROUND_OPTIONS + (FIX_ARCS,)
+    option_specs = ROUND_OPTIONS + ANYTIME_OPTIONS + (FIX_ARCS,)
 
     def solve_graph(self, sg: StageGraph, ctx: SolveContext, ws: WarmStart) -> GraphSolve:
         return solve_cpsat(sg, ctx, ws, fix_arcs=bool(self.options.get("fix_arcs", True)))
