@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from formulations.budget import check_memory
 from formulations.dp import arc_cost, terminal_cost
 from formulations.stagegraph import StageGraph
 
@@ -446,6 +447,7 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
             raise LabelLimit(f"more than {max_labels} labels")
         if deadline is not None and time.perf_counter() > deadline:
             raise LabelLimit("the time limit ran out")
+        check_memory()
         if math.isfinite(term[v]):
             vals = C + term[v]
             i = int(np.argmin(vals))

@@ -16,12 +16,23 @@ from formulations.stagegraph import StageGraph
 REL_TOL = 1e-6  # relative tolerance of the agreement between a solver and the evaluator
 
 
-class SpaceTimeout(Exception):
+class SearchStopped(Exception):
+    """The rounds stopped before any plan; ``lower`` is what was proven (None: nothing)."""
+
+    def __init__(self, message: str, lower: float | None):
+        super().__init__(message)
+        self.lower = lower
+
+
+class SpaceTimeout(SearchStopped):
     """The time limit ran out while enumerating the space; ``lower`` is what was proven."""
 
     def __init__(self, lower: float | None):
-        super().__init__("the time limit ran out while enumerating the plan space")
-        self.lower = lower
+        super().__init__("the time limit ran out while enumerating the plan space", lower)
+
+
+class MemoryStop(SearchStopped):
+    """The memory budget (``formulations.budget``) was hit before any plan."""
 
 
 @dataclass
@@ -63,6 +74,8 @@ class Exploration:
     build_s: float
     timed_out: bool = False
     infeasible: bool = False
+    memory_out: str = ""  # the memory budget stopped the rounds (the message says how far)
+    refused: str = ""  # the space could not be enumerated further (the error), an incumbent being known
 
 
 def disagreement(solver_value: float | None, evaluator_value: float | None, tol_abs: float = 0.0) -> bool:

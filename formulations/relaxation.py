@@ -38,6 +38,7 @@ from milp_planner.cost.evaluator import Pricer, pricer
 from milp_planner.model.graph import last_readers
 from milp_planner.instance import Instance
 
+from formulations.budget import check_memory
 from formulations.options import SpaceTooLarge, StageGroup, stage_groups
 
 
@@ -351,6 +352,7 @@ class _FloorCost:
 
 
 def _check(deadline: float | None) -> None:
+    check_memory()
     if deadline is not None and time.perf_counter() > deadline:
         raise TimeoutError("the time limit ran out while bounding the plan space")
 

@@ -8,6 +8,10 @@ Otherwise the bound grows in small steps (the number of plans within a bound gro
 near the optimum) and never beyond the best plan found, so the round after a feasible plan is
 found holds every better plan. Each round proves ``min(graph bound, sg.outside)`` a lower
 bound. Period and memory are not additive: one round over the whole space.
+
+An incumbent (the anytime start's plan, in the space and within the caps) caps the bound the
+same way from the first round, and the rounds end as soon as their proven bound reaches it.
+The memory budget (``formulations.budget``) stops the rounds like the time limit does.
 """
 
 from __future__ import annotations
@@ -17,14 +21,18 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from formulations.budget import MemoryBudgetExceeded
 from formulations.caps import Fixing
-from formulations.certificate import Exploration, GraphSolve, SpaceTimeout
+from formulations.certificate import Exploration, GraphSolve, MemoryStop, SpaceTimeout, loose
 from formulations.relaxation import layout_bounds
 from formulations.stagegraph import SpaceTooLarge, StageGraph, build_stage_graph
 from formulations.warmstart import WarmStart
 
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
+
+
+INCUMBENT_PROVEN = 1e-7  # relative: a proven bound this close to the incumbent ends the rounds
 
 
 @dataclass(frozen=True)
@@ -62,39 +70,75 @@ class _Best:
     found: GraphSolve
 
 
+@dataclass
+class _State:
+    """What the rounds have proven so far (kept outside the loop so that a stop keeps it)."""
+
+    lower: float | None = None
+    best: _Best | None = None
+    rounds: int = 0
+    build_s: float = 0.0
+
+    def stop(self, timed_out: bool = False, memory_out: str = "") -> Exploration:
+        return Exploration(self.best.graph if self.best else None, self.best.found if self.best else None,
+                           self.lower, False, self.rounds, self.build_s, timed_out=timed_out, memory_out=memory_out)
+
+
 def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm_start: WarmStarter,
-            settings: RoundSettings) -> Exploration:
+            settings: RoundSettings, incumbent: float | None = None) -> Exploration:
     """Enumerate and solve the space in rounds until an optimum is certified (see the module).
 
     ``warm_start(sg, objective, deadline, prior)`` gives each round's DP warm start and
-    ``solve_graph(sg, ctx, ws)`` solves its graph. Raises ``SpaceTimeout`` when the time limit
-    runs out before any plan is found, ``SpaceTooLarge`` / ``PlannerError`` when the space
-    cannot be enumerated and no plan was found.
+    ``solve_graph(sg, ctx, ws)`` solves its graph. ``incumbent`` is the objective of a plan of
+    the space known to meet the caps (the anytime start): no round enumerates plans worse than
+    it, and the rounds stop once their proven bound reaches it (then ``found`` may be None or
+    worse: the caller keeps its incumbent, proven optimal by ``lower``).
+
+    Raises ``SpaceTimeout`` when the time limit runs out before any plan is found,
+    ``MemoryStop`` when the memory budget (``formulations.budget``) is hit before any plan,
+    ``SpaceTooLarge`` / ``PlannerError`` when the space cannot be enumerated and no plan was
+    found. After a plan, or with an incumbent, the budget stops the rounds with ``memory_out``
+    set, and a space too large to enumerate with ``refused`` set.
     """
+    st = _State()
+    try:
+        return _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st)
+    except MemoryBudgetExceeded as err:
+        if st.best is None and incumbent is None:
+            raise MemoryStop(str(err), st.lower) from None
+        return st.stop(memory_out=str(err))
+    except PlannerError as err:  # a space too large to enumerate (further)
+        if incumbent is None:
+            raise
+        out = st.stop()
+        out.refused = str(err)
+        return out
+
+
+def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _State) -> Exploration:
     obj = ctx.objective
     deadline = None if ctx.time_limit is None else ctx.started + ctx.time_limit
     bounded = settings.bounded
+    cap_at = math.inf if incumbent is None or not math.isfinite(incumbent) else loose(incumbent)
     try:
         bounds = layout_bounds(instance, obj, deadline=deadline, max_options=settings.max_options) if bounded else None
     except TimeoutError:
         raise SpaceTimeout(None) from None
-    lower = float(bounds.to_go[0].min()) if bounded else None
-    upper = lower * (1 + settings.delta) if bounded else math.inf
+    st.lower = float(bounds.to_go[0].min()) if bounded else None
+    upper = min(st.lower * (1 + settings.delta), cap_at) if bounded else math.inf
     budget, max_arcs = settings.round_budget, settings.max_arcs
     growth, prev_arcs = settings.growth, 0
-    best: _Best | None = None
-    rounds, build_s = 0, 0.0
     memo: dict = {}  # arcs priced by earlier rounds
     prior = None  # the memory caps' multipliers of the last round that had them
-    done_upper = lower  # the bound of the last round that finished
-
-    def stop(timed_out: bool = False) -> Exploration:
-        return Exploration(best.graph, best.found, lower, False, rounds, build_s, timed_out=timed_out)
+    done_upper = st.lower  # the bound of the last round that finished
 
     while True:
-        rounds += 1
-        ctx.report(phase=f"round {rounds}", within=upper if math.isfinite(upper) else None,
-                   incumbent=best.found.value if best else None, bound=lower, force=True)
+        if incumbent is not None and st.lower is not None and st.lower >= incumbent * (1 - INCUMBENT_PROVEN):
+            return st.stop()  # the incumbent is proven optimal: nothing better to enumerate
+        st.rounds += 1
+        known = [v for v in (st.best.found.value if st.best else None, incumbent) if v is not None]
+        ctx.report(phase=f"round {st.rounds}", within=upper if math.isfinite(upper) else None,
+                   incumbent=min(known) if known else None, bound=st.lower, force=True)
         cap = max_arcs if not math.isfinite(upper) else min(max_arcs, max(budget, 4 * prev_arcs))
         try:
             sg = build_stage_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
@@ -102,59 +146,65 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
                                    upper=upper if math.isfinite(upper) else None, drop_overflow=True,
                                    bounds=bounds, memo=memo)
         except TimeoutError:
-            if best is None:
-                raise SpaceTimeout(lower) from None
-            return stop(timed_out=True)
+            if st.best is None:
+                raise SpaceTimeout(st.lower) from None
+            return st.stop(timed_out=True)
         except SpaceTooLarge:
             if math.isfinite(upper) and cap < max_arcs and upper > done_upper * (1 + 1e-7):
                 # too many plans within this bound for one round: try halfway back
                 upper = done_upper + (upper - done_upper) / 2
                 growth = max(growth / 4, 1e-4)
                 continue
-            if best is None:
+            if st.best is None:
                 raise
-            return stop()
+            return st.stop()
         except PlannerError:
-            if best is None:
+            if st.best is None:
                 raise
-            return stop()
+            return st.stop()
         done_upper = upper
-        build_s += sg.build_time_s
+        st.build_s += sg.build_time_s
         whole = not math.isfinite(sg.outside)  # nothing left out but plans that break a cap
         ws = warm_start(sg, obj, deadline, prior)
         prior = ws.fixing or prior
         if ws.empty:  # no plan within `upper`, caps aside
             if whole:
-                return Exploration(sg, None, lower, False, rounds, build_s, infeasible=True)
-            lower = max(lower, sg.outside)
+                if incumbent is not None:  # cannot be: the incumbent lies within `upper`
+                    return st.stop()
+                return Exploration(sg, None, st.lower, False, st.rounds, st.build_s, infeasible=True)
+            st.lower = max(st.lower, sg.outside)
         else:
             found = solve_graph(sg, ctx, ws)
-            if found.arcs and (best is None or found.value < best.found.value):
-                best = _Best(sg, found)
+            if found.arcs and (st.best is None or found.value < st.best.found.value):
+                st.best = _Best(sg, found)
             in_graph = found.proven_in_graph()  # nothing in the graph (infeasible), or the solver's bound
             if bounded:
-                lower = max(lower, min(sg.outside, in_graph if in_graph is not None else -math.inf))
+                st.lower = max(st.lower, min(sg.outside, in_graph if in_graph is not None else -math.inf))
             elif in_graph is not None and math.isfinite(in_graph):
-                lower = in_graph
+                st.lower = in_graph
             if found.optimal and found.arcs and found.value <= sg.outside * (1 + 1e-9):
-                return Exploration(sg, found, lower if bounded else found.bound, True, rounds, build_s)
+                return Exploration(sg, found, st.lower if bounded else found.bound, True, st.rounds, st.build_s)
             if found.infeasible and whole and found.cutoff is None:
-                return Exploration(sg, None, lower, False, rounds, build_s, infeasible=True)
+                if incumbent is not None:
+                    return st.stop()
+                return Exploration(sg, None, st.lower, False, st.rounds, st.build_s, infeasible=True)
             if found.stopped or (whole and found.cutoff is None) or not (found.optimal or found.infeasible):
                 # out of time, the whole space solved, or a solver that cannot prove more
-                return Exploration(best.graph if best else sg, best.found if best else None, lower, False,
-                                   rounds, build_s, timed_out=found.stopped)
+                return Exploration(st.best.graph if st.best else sg, st.best.found if st.best else None, st.lower,
+                                   False, st.rounds, st.build_s, timed_out=found.stopped)
         if deadline is not None and time.perf_counter() > deadline:
-            if best is None:
-                raise SpaceTimeout(lower)
-            return stop(timed_out=True)
+            if st.best is None:
+                raise SpaceTimeout(st.lower)
+            return st.stop(timed_out=True)
         # the next bound: past every pruned partial plan's floor; the step doubles while
         # the graphs grow slowly and halves when they grow fast (near the optimum the
         # number of plans within a bound grows very fast)
         growth = growth * 2 if sg.forward_arcs <= 2 * prev_arcs + 1000 else max(growth / 2, 1e-4)
         prev_arcs = sg.forward_arcs
         upper = max(sg.outside, upper * (1 + growth))
-        if best is not None:
-            upper = min(upper, best.found.value)
-        if upper > 2 * max(lower, 1e-12):
+        if st.best is not None:
+            upper = min(upper, st.best.found.value)
+        if upper > 2 * max(st.lower, 1e-12):
             upper = math.inf
+        if bounded:
+            upper = min(upper, cap_at)  # no plan worse than the incumbent is needed

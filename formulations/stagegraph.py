@@ -33,6 +33,7 @@ from milp_planner.space.geometry import full_region
 from milp_planner.instance import Instance
 from milp_planner.space.plan import Plan
 
+from formulations.budget import check_memory
 from formulations.options import SpaceTooLarge, StageOption, stage_options
 from formulations.relaxation import LayoutBounds, box_cells, layout_bounds
 
@@ -257,6 +258,7 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
                             + "; reduce search.fusion_limit, max_parts or splits, or use a heuristic planner")
             if deadline is not None and time.perf_counter() > deadline:
                 raise TimeoutError("stage graph enumeration exceeded the time limit")
+            check_memory()
         if progress is not None:
             progress(phase=f"enumerating the plan graph, layer {b + 1} of {n}", arcs=len(arcs))
 

@@ -19,8 +19,10 @@ from __future__ import annotations
 import math
 import time
 
+from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget, parse_size, size_problem
 from formulations.caps import Fixing
-from formulations.certificate import Exploration, GraphSolve, SpaceTimeout, disagreement
+from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, disagreement
+from formulations.floors import lower_floor
 from formulations.diagnosis import explain_infeasible
 from formulations.dp import ADDITIVE
 from formulations.drivers import solve_cpsat, solve_dp, solve_highs
@@ -31,7 +33,8 @@ from formulations.warmstart import WarmStart, dp_warm_start
 from milp_planner.errors import PlannerError
 from milp_planner.cost.evaluator import evaluate_stages
 from milp_planner.instance import Instance
-from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext, space_dict
+from milp_planner.planners.anytime_start import Start, StartReport, run_start, start_budget
+from milp_planner.planners.base import OPTIMAL_GAP, Option, Planner, PlanResult, SolveContext, space_dict
 from milp_planner.space.plan import Plan
 
 FALLBACK_S = 0.5  # seconds the single-device fallback may take once the time limit has run out
@@ -66,6 +69,12 @@ ROUND_OPTIONS = (
     Option("max_labels", int, 2_000_000, "label budget of the capped DP search", ge=1, le=10**9),
     Option("lagrange_rounds", int, 12, "Lagrangian price rounds", ge=0, le=10**6),
 )
+#: the options of the anytime start and the memory budget (dp, milp, cpsat)
+ANYTIME_OPTIONS = (
+    Option("anytime", bool, True, "start from the best fast baseline's plan in the space (docs/exact.md)"),
+    Option("memory_budget", str, "4GB", "resident memory at which the search stops with its best plan and bound "
+           "(bytes, or like 4GB, 512MB)", check=size_problem),
+)
 FIX_ARCS = Option("fix_arcs", bool, True, "remove arcs that cannot beat the warm start (reduced-cost fixing)")
 LOG = Option("log", bool, False, "print the solver log")
 
@@ -75,41 +84,90 @@ class ExactPlanner(Planner):
     a subclass only says how one round's graph is solved (``solve_graph``)."""
 
     exact = True
-    option_specs = ROUND_OPTIONS
+    option_specs = ROUND_OPTIONS + ANYTIME_OPTIONS
+
+    #: runs the anytime start and reports floors (the rounds' planners; not bruteforce)
+    anytime_capable = True
 
     def solve(self, instance, **kw):
         started = time.perf_counter()
         try:
-            return super().solve(instance, **kw)
-        except SpaceTimeout as err:
+            res = super().solve(instance, **kw)
+        except SearchStopped as err:  # stopped before any plan, and no anytime start to return
             res = self._fallback(instance, err, kw)
-            res.solve_time_s = time.perf_counter() - started
-            return res
+        res = self.finish(res)
+        self.settle_bound(res, instance)
+        res.solve_time_s = time.perf_counter() - started
+        return res
 
-    def _fallback(self, instance, err: SpaceTimeout, kw) -> PlanResult:
-        """Out of time before any plan: the best single-device plan (always in the space;
-        within a second, the best of the devices scored by then), with the bound proven so far."""
+    def _fallback(self, instance, err: SearchStopped, kw) -> PlanResult:
+        """Stopped before any plan, without an anytime start: the best single-device plan (always
+        in the space; within a second, the best of the devices scored by then), with the bound
+        proven so far."""
         from milp_planner.planners import get_planner
 
         obj = kw.get("objective") or instance.objective
         proven = f"; proven bound {err.lower:.6g}" if err.lower else ""
+        status = "timeout" if isinstance(err, SpaceTimeout) else "feasible"
         res = get_planner("offload").solve(instance, objective=obj, time_limit=FALLBACK_S)
         if res.plan is not None and res.metrics is not None and res.metrics.feasible and res.metrics.in_space:
-            res.planner, res.status, res.info = self.name, "timeout", {}
+            res.planner, res.status, res.info = self.name, status, {}
             res.message = f"{err}; returning the best single-device plan{proven}"
         else:
-            res = PlanResult(self.name, "timeout", obj, message=f"{err}; no plan yet{proven}")
+            res = PlanResult(self.name, status if status == "timeout" else "error", obj,
+                             message=f"{err}; no plan yet{proven}")
             res.space = space_dict(instance)
+        if isinstance(err, MemoryStop):
+            res.info["stopped_by"] = "memory budget"
         res.bound = err.lower if err.lower is None or res.value is None else min(err.lower, res.value)
         return res
+
+    def settle_bound(self, res: PlanResult, instance: Instance) -> None:
+        """The one place that decides ``res.bound`` and ``info["bound_source"]`` of an exact planner:
+
+        - ``certified``: the rounds certified the plan optimal (bound = objective);
+        - ``rounds``: the rounds' proven bound (layout relaxation and bounded enumeration);
+        - ``fluid`` / ``compute-only`` / ``weights``: a floor of ``formulations.floors``, valid
+          for every plan, when it beats what the rounds proved;
+        - ``enumeration``: bruteforce saw every plan; ``none``: no bound (proven infeasible, or
+          bruteforce stopped early).
+
+        The bound never exceeds the plan's objective; a plan that meets the caps with a proven
+        gap of at most ``OPTIMAL_GAP`` is ``optimal`` (docs/model.md section 6)."""
+        info = res.info
+        if not self.exact:  # lp-round: its bound is the LP's, said by report.terminal.bound_source
+            return
+        if getattr(res, "_certified", False) and res.bound is not None:
+            info["bound_source"] = "certified"
+            return
+        if not self.anytime_capable:
+            info["bound_source"] = "enumeration" if res.bound is not None else "none"
+            return
+        if res.status == "infeasible":
+            info["bound_source"] = "none"
+            return
+        floor = lower_floor(instance, res.objective)
+        if res.bound is not None and res.bound >= floor.value:
+            bound, source = res.bound, "rounds"
+        else:
+            bound, source = floor.value, floor.source
+        if res.value is not None and res.metrics is not None and res.metrics.feasible:
+            bound = min(bound, res.value)
+        res.bound = bound
+        info["bound_source"] = source
+        if (res.status in ("feasible", "timeout") and res.metrics is not None and res.metrics.feasible
+                and res.gap is not None and res.gap <= OPTIMAL_GAP):
+            res.status = "optimal"
 
     def solve_graph(self, sg: StageGraph, ctx: SolveContext, ws: WarmStart) -> GraphSolve:
         """Solve one stage graph; ``ws`` is the DP warm start. This base version is the DP."""
         return solve_dp(sg, ctx.objective, ws)
 
-    def explore(self, instance: Instance, ctx: SolveContext, solve_graph=None) -> Exploration:
+    def explore(self, instance: Instance, ctx: SolveContext, solve_graph=None,
+                incumbent: float | None = None) -> Exploration:
         """Enumerate and solve the space in rounds until an optimum is certified
-        (``formulations.rounds.explore``); ``solve_graph`` defaults to this planner's."""
+        (``formulations.rounds.explore``); ``solve_graph`` defaults to this planner's;
+        ``incumbent`` is the objective of a plan of the space that meets the caps."""
         settings = RoundSettings(
             bounded=bool(ctx.objective in ADDITIVE and self.options.get("bounded", True)),
             max_arcs=int(self.options.get("max_arcs", 3_000_000)),
@@ -118,7 +176,7 @@ class ExactPlanner(Planner):
             round_budget=int(self.options.get("round_budget", 60_000)),  # arcs one round may enumerate
             growth=float(self.options.get("growth", 0.002)),
         )
-        return explore(instance, ctx, solve_graph or self.solve_graph, self.warm_start, settings)
+        return explore(instance, ctx, solve_graph or self.solve_graph, self.warm_start, settings, incumbent)
 
     def stage_graph(self, instance: Instance, ctx: SolveContext) -> StageGraph:
         """A stage graph that holds an optimum of the space (the DP's rounds of ``explore``),
@@ -131,19 +189,61 @@ class ExactPlanner(Planner):
         return sg
 
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
-        ex = self.explore(instance, ctx)
+        start = self.anytime_start(instance, ctx)
+        with memory_budget(self.memory_budget()):
+            try:
+                ex = self.explore(instance, ctx, incumbent=start.start.value if start and start.start else None)
+            except SearchStopped as err:
+                if start is None or start.start is None:
+                    raise
+                info = {"anytime": start.info(), "plan_from": f"anytime start ({start.start.baseline})"}
+                if isinstance(err, MemoryStop):
+                    info["stopped_by"] = "memory budget"
+                status = "timeout" if isinstance(err, SpaceTimeout) else "feasible"
+                return PlanResult(self.name, status, ctx.objective, plan=start.start.plan, bound=err.lower,
+                                  info=info, message=f"{err}; returning the anytime start "
+                                                     f"({start.start.baseline}'s plan) and the bound proven so far")
+            return self._result(instance, ctx, ex, start)
+
+    def memory_budget(self) -> int:
+        """The memory budget in bytes (option ``memory_budget``)."""
+        value = self.options.get("memory_budget")
+        return DEFAULT_BUDGET if value is None else parse_size(value)
+
+    def anytime_start(self, instance: Instance, ctx: SolveContext) -> StartReport | None:
+        """The fast baselines' best plan of the space (``planners.anytime_start``), or None when
+        switched off (option ``anytime``) or the time limit leaves no time for it."""
+        if not self.anytime_capable or not self.options.get("anytime", True):
+            return None
+        budget = start_budget(ctx.remaining())
+        if budget <= 0:
+            return None
+        ctx.report(phase="anytime start: the fast baselines", force=True)
+        report = run_start(instance, ctx.objective, budget, seed=ctx.seed)
+        if report.start is not None:
+            ctx.report(phase=f"anytime start: {report.start.baseline}", incumbent=report.start.value, force=True)
+        return report
+
+    def _result(self, instance: Instance, ctx: SolveContext, ex: Exploration, start: StartReport | None) -> PlanResult:
         obj = ctx.objective
         sg = ex.graph
-        info = {"stage_arcs": len(sg.arcs), "nodes": sg.n_nodes, "space_build_s": ex.build_s,
-                "rounds": ex.rounds}
+        info = {"stage_arcs": len(sg.arcs) if sg else 0, "nodes": sg.n_nodes if sg else 0,
+                "space_build_s": ex.build_s, "rounds": ex.rounds}
+        if start is not None:
+            info["anytime"] = start.info()
+        if ex.memory_out:
+            info["stopped_by"] = "memory budget"
         if ex.found is not None:
             info.update(ex.found.info)
         if ex.infeasible:
-            return PlanResult(self.name, "infeasible", obj, info=info, message=explain_infeasible(sg, ctx.deadline))
+            return PlanResult(self.name, "infeasible", obj, info=info, message=self._explain(sg, ctx))
+        incumbent = start.start if start is not None else None
+        if incumbent is not None and (ex.found is None or incumbent.value < ex.found.value * (1 - 1e-9)):
+            return self._start_result(ex, incumbent, info, obj)
         if ex.found is None:  # nothing proven infeasible, but no plan either
             status = "timeout" if ex.timed_out else "error"
             msg = ("no plan found within the time limit" if ex.timed_out
-                   else f"{self.name} found no plan that meets the caps; use --planner milp or cpsat")
+                   else ex.memory_out or f"{self.name} found no plan that meets the caps; use --planner milp or cpsat")
             return PlanResult(self.name, status, obj, bound=ex.lower, info=info, message=msg)
         found = ex.found
         plan = sg.plan_from_arcs(found.arcs)
@@ -151,11 +251,32 @@ class ExactPlanner(Planner):
         res = PlanResult(self.name, status, obj, plan=plan, bound=found.value if ex.certified else ex.lower,
                          info=info, message=self.stop_message(ex))
         res._solver_value, res._tol = found.value, found.tol
+        res._certified = ex.certified
         return res
+
+    def _start_result(self, ex: Exploration, start: Start, info: dict, obj: str) -> PlanResult:
+        """The anytime start's plan: the rounds found nothing better (or proved it optimal)."""
+        info["plan_from"] = f"anytime start ({start.baseline})"
+        if ex.lower is not None and ex.lower >= start.value * (1 - OPTIMAL_GAP):
+            msg = f"the rounds proved the anytime start ({start.baseline}'s plan) optimal"
+        else:
+            msg = f"{self.stop_message(ex)}; the anytime start ({start.baseline}'s plan) is the best plan found"
+        status = "timeout" if ex.timed_out else "feasible"
+        return PlanResult(self.name, status, obj, plan=start.plan, bound=ex.lower, info=info, message=msg)
+
+    def _explain(self, sg: StageGraph, ctx: SolveContext) -> str:
+        try:
+            return explain_infeasible(sg, ctx.deadline)
+        except MemoryBudgetExceeded as err:
+            return f"no plan of the space meets the caps (the explanation stopped: {err})"
 
     def stop_message(self, ex: Exploration) -> str:
         if ex.certified:
             return ""
+        if ex.memory_out:
+            return f"{ex.memory_out}; the bound is the best proven"
+        if ex.refused:
+            return f"{ex.refused}; the bound is the best proven"
         if ex.timed_out:
             return "the time limit stopped the search; the bound is the best proven"
         return "not certified: the plan space within the best plan is too large to enumerate"
@@ -193,22 +314,19 @@ class DPPlanner(ExactPlanner):
     source = "this project (docs/model.md, lessons measured); shortest path over the stage graph"
 
     def stop_message(self, ex: Exploration) -> str:
-        if ex.certified or ex.timed_out:
+        if ex.certified or ex.timed_out or ex.memory_out or ex.refused:
             return super().stop_message(ex)
         if ex.found is not None and ex.found.bound is None:
             return "dp is exact for latency and energy only; this plan minimises latency"
         return ("caps bind: this is a feasible plan (the DP's, repaired); the bound is the DP without caps. "
                 "Use --planner milp or cpsat to certify")
 
-    def solve(self, instance, **kw):
-        return self.finish(super().solve(instance, **kw))
-
 
 class MILPPlanner(ExactPlanner):
     name = "milp"
     description = "path-flow MILP over the stage graph (Pyomo + HiGHS), DP warm start and arc fixing"
     source = "this project; Pyomo model in formulations.milp"
-    option_specs = ROUND_OPTIONS + (
+    option_specs = ROUND_OPTIONS + ANYTIME_OPTIONS + (
         Option("solver", str, "appsi_highs", "Pyomo solver name", check=_solver_available),
         FIX_ARCS,
         LOG,
@@ -219,21 +337,15 @@ class MILPPlanner(ExactPlanner):
                            fix_arcs=bool(self.options.get("fix_arcs", True)),
                            log=bool(self.options.get("log", False)))
 
-    def solve(self, instance, **kw):
-        return self.finish(super().solve(instance, **kw))
-
 
 class CPSATPlanner(ExactPlanner):
     name = "cpsat"
     description = "path-flow CP-SAT model over the stage graph (OR-Tools), integer ns/nJ/bytes, DP hint"
     source = "this project; CpModel in formulations.cpsat"
-    option_specs = ROUND_OPTIONS + (FIX_ARCS,)
+    option_specs = ROUND_OPTIONS + ANYTIME_OPTIONS + (FIX_ARCS,)
 
     def solve_graph(self, sg: StageGraph, ctx: SolveContext, ws: WarmStart) -> GraphSolve:
         return solve_cpsat(sg, ctx, ws, fix_arcs=bool(self.options.get("fix_arcs", True)))
-
-    def solve(self, instance, **kw):
-        return self.finish(super().solve(instance, **kw))
 
 
 class BruteForcePlanner(ExactPlanner):
@@ -245,6 +357,7 @@ class BruteForcePlanner(ExactPlanner):
     """
 
     name = "bruteforce"
+    anytime_capable = False  # the cross-check: nothing but its own enumeration
     description = "enumerates every plan of the space and scores each with the evaluator (tiny instances)"
     source = "this project; the cross-check of the exact planners"
     option_specs = (Option("max_plans", int, 200_000, "most plans enumerated", ge=1, le=10**9),)

@@ -140,22 +140,49 @@ def fmt_objective(objective: str, x: float | None) -> str:
 _GRAPH_SOLVERS = {"milp": "MILP (Pyomo + HiGHS)", "cpsat": "CP-SAT", "dp": "shortest path (DP)"}
 
 
+#: what each ``bound_source`` code means (docs/exact.md, "Bounds and their sources")
+_FLOOR_TEXT = {
+    "fluid": "fluid floor: each layer's work spread over all devices at best, communication free",
+    "compute-only": "compute-only floor: the fluid floor, with every layer no plan can split whole on its "
+                    "fastest device (energy: each layer at its least energy), communication free",
+    "weights": "memory floor: every weight and every needed output row stored somewhere, spread evenly",
+}
+
+
 def bound_source(result) -> str | None:
-    """Where ``result.bound`` comes from, in words; None when the planner does not say."""
+    """Where ``result.bound`` comes from, as a short code (``solve --json`` prints it):
+    ``certified``, ``rounds``, ``fluid``, ``compute-only``, ``weights`` (exact planners, decided
+    by ``ExactPlanner.settle_bound``), ``enumeration`` (bruteforce), ``lp-relaxation``
+    (lp-round), ``none``; None for planners that prove nothing."""
     info = result.info or {}
-    if result.bound is None:
-        return None
     if info.get("bound_source"):
         return str(info["bound_source"])
+    if result.bound is None:
+        return None
     if result.planner == "bruteforce" and "plans" in info:
-        return f"every plan of the space evaluated ({info['plans']:,} plans)"
-    if result.planner in _GRAPH_SOLVERS and "rounds" in info:
-        rounds = info["rounds"]
-        return (f"layout relaxation + {rounds} round{'s' if rounds != 1 else ''} of bounded enumeration; "
-                f"{_GRAPH_SOLVERS[result.planner]} over the last round's {info.get('stage_arcs', 0):,} stage options")
+        return "enumeration"
     if result.planner == "lp-round":
-        return "LP relaxation of the MILP (HiGHS)"
+        return "lp-relaxation"
     return None
+
+
+def bound_source_text(result) -> str | None:
+    """``bound_source`` in words, for the terminal."""
+    code = bound_source(result)
+    info = result.info or {}
+    if code is None or (result.bound is None and code == "none"):
+        return None
+    if code in ("certified", "rounds") and result.planner in _GRAPH_SOLVERS and "rounds" in info:
+        rounds = info["rounds"]
+        return (f"{code}: layout relaxation + {rounds} round{'s' if rounds != 1 else ''} of bounded enumeration; "
+                f"{_GRAPH_SOLVERS[result.planner]} over the last round's {info.get('stage_arcs', 0):,} stage options")
+    if code in _FLOOR_TEXT:
+        return f"{code}: {_FLOOR_TEXT[code]}"
+    if code == "enumeration" and "plans" in info:
+        return f"every plan of the space evaluated ({info['plans']:,} plans)"
+    if code == "lp-relaxation":
+        return "LP relaxation of the MILP (HiGHS)"
+    return code
 
 
 def _space_text(space: dict) -> str:
@@ -222,7 +249,7 @@ def render_certificate(result, inst: Instance) -> None:
                                                       else "  (breaks a cap)")),
             ("bound", fmt_objective(obj, result.bound)),
             ("gap", "-" if result.gap is None else f"{result.gap * 100:.4f} %")]
-    src = bound_source(result)
+    src = bound_source_text(result)
     if src:
         rows.append(("bound from", src))
     rows.append(("space", _space_text(result.space)))

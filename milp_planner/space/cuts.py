@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from fractions import Fraction
+from functools import lru_cache
 from itertools import combinations
 from math import comb, perm
 
@@ -183,9 +184,16 @@ def cuts_in_space(instance: Instance, n: int, cuts: Cuts) -> bool:
             points = grid_points(n, int(family.split(":", 1)[1]))
             if all(c in points for c in cuts):
                 return True
-        elif cuts in _cut_vectors((family,), speeds(instance), n, k, sp.max_parts, where=instance.name):
+        elif cuts in family_vectors(family, speeds(instance), n, k, sp.max_parts, instance.name):
             return True
     return False
+
+
+@lru_cache(maxsize=4096)
+def family_vectors(family: str, spd, n: int, k: int, max_parts: int, where: str) -> frozenset:
+    """The cut vectors of one (non-grid) family, cached: ``out_of_space`` asks for the same
+    stage extents again and again (capacity cuts on 8 devices: ~0.2 s each uncached)."""
+    return frozenset(_cut_vectors((family,), spd, n, k, max_parts, where=where))
 
 
 def ranges_from_cuts(cuts: Cuts, n: int) -> list[tuple[int, int]]:

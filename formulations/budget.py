@@ -1,0 +1,106 @@
+"""The memory budget of an exact solve: the process's resident memory, checked cheaply in the
+hot loops (stage-graph enumeration, relaxation, label search).
+
+``with memory_budget(4e9):`` makes ``check_memory()`` raise ``MemoryBudgetExceeded`` once the
+resident set size (RSS, read from ``/proc/self/statm``, or ``resource`` where there is no
+/proc) exceeds the budget. The check reads the RSS at most once
+per ``_PERIOD_S`` seconds, so a call costs a clock read (the loops it sits in read the clock
+for their deadline anyway). Outside a
+``memory_budget`` block ``check_memory()`` does nothing. The rounds
+(``formulations.rounds.explore``) turn the exception into "stop and return the best plan and
+bound" (docs/exact.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from contextlib import contextmanager
+
+DEFAULT_BUDGET = 4_000_000_000  # bytes (4 GB)
+_PERIOD_S = 0.05  # seconds between two reads of the RSS
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+class MemoryBudgetExceeded(Exception):
+    """The process's resident memory went past the memory budget."""
+
+    def __init__(self, rss: int, budget: int):
+        super().__init__(f"the memory budget of {budget / 1e9:.3g} GB was hit (resident memory "
+                         f"{rss / 1e9:.3g} GB); raise it with -O memory_budget=SIZE")
+        self.rss, self.budget = rss, budget
+
+
+def parse_size(text) -> int:
+    """Bytes from ``4000000000``, ``"4GB"``, ``"512 MB"``, ``"1.5GiB"`` (decimal units are
+    powers of 10); ``ValueError`` with the reason otherwise."""
+    if isinstance(text, bool):
+        raise ValueError("must be a size in bytes or like 4GB")
+    if isinstance(text, (int, float)):
+        value, unit = float(text), ""
+    else:
+        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+        if not m or m.group(2).lower() not in _UNITS:
+            raise ValueError("must be a size in bytes or like 4GB, 512MB, 2GiB")
+        value, unit = float(m.group(1)), m.group(2).lower()
+    size = value * _UNITS[unit]
+    if not size > 0 or size > 2**60:
+        raise ValueError("must be a size above 0 and at most 2**60 bytes")
+    return int(size)
+
+
+def size_problem(text) -> str | None:
+    """The reason ``text`` is not a size (for a planner option's check), or None."""
+    try:
+        parse_size(text)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def rss_bytes() -> int:
+    """The resident set size of this process now, in bytes."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        import resource  # peak, not current: an over-estimate, so the budget still holds
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+_budget: int | None = None
+_next_read = 0.0
+
+
+@contextmanager
+def memory_budget(budget: int | None):
+    """Within the block, ``check_memory()`` raises once the RSS exceeds ``budget`` bytes
+    (None: no budget). Blocks nest; the inner budget applies inside it."""
+    global _budget, _next_read
+    saved = _budget
+    _budget, _next_read = budget, 0.0
+    try:
+        yield
+    finally:
+        _budget = saved
+
+
+def check_memory() -> None:
+    """Raise ``MemoryBudgetExceeded`` when the process is over the active budget (cheap)."""
+    global _next_read
+    if _budget is None:
+        return
+    now = time.perf_counter()
+    if now < _next_read:
+        return
+    _next_read = now + _PERIOD_S
+    rss = rss_bytes()
+    if rss > _budget:
+        raise MemoryBudgetExceeded(rss, _budget)

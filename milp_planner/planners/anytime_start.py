@@ -1,0 +1,194 @@
+"""The anytime start of the exact planners: the best plan of the fast baselines, in the space.
+
+``dp``, ``milp`` and ``cpsat`` first run ``START_BASELINES`` within a small share of the time
+limit (``start_budget``). A baseline plan outside the instance's space is projected into it
+(``project``): stages longer than ``fusion_limit`` are cut into runs of at most that many
+layers, a split along an axis the space (or a layer) does not allow becomes one part on the
+device with the largest part, parts beyond ``max_parts`` are dropped (the largest are kept),
+and the cuts snap to the nearest cut vector of the split families (least total distance in
+rows or channels). The projected plan is evaluated again and kept only if it is in the space
+and meets the caps. The best such plan is the rounds' incumbent (docs/exact.md, "Anytime").
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from milp_planner.cost.evaluator import evaluate
+from milp_planner.errors import PlannerError
+from milp_planner.instance import Instance
+from milp_planner.space.cuts import Cuts, family_vectors, grid_points, ranges_from_cuts, speeds, stage_extent
+from milp_planner.space.plan import Part, Plan, Stage
+
+#: the fast baselines, cheapest and most often best first (measured: each well under a second
+#: on VGG16 with 7 devices; hidp and deeperthings take longer on 16 devices)
+START_BASELINES = ("offload", "coedge", "coopai", "modnn", "aofl", "neurosurgeon", "deeperthings", "hidp")
+MAX_START_S = 2.0  # the start never takes more (plus one baseline's overrun)
+NO_LIMIT_START_S = 2.0  # its budget without a time limit
+
+
+def start_budget(time_limit: float | None) -> float:
+    """Seconds the baselines may take: 10 % of the limit, at least 0.5 s (or the whole limit
+    when shorter), at most ``MAX_START_S``."""
+    if time_limit is None:
+        return NO_LIMIT_START_S
+    return max(0.0, min(MAX_START_S, time_limit, max(0.1 * time_limit, 0.5)))
+
+
+@dataclass
+class Start:
+    """The incumbent the exact search starts from."""
+
+    plan: Plan
+    value: float  # the evaluator's objective
+    baseline: str  # the baseline that gave it
+    projected: bool  # its plan was outside the space and was projected into it
+
+
+@dataclass
+class StartReport:
+    """What the anytime start did: the incumbent (None: no baseline plan fits), each
+    baseline's outcome, the seconds spent."""
+
+    start: Start | None
+    outcomes: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    values: dict[str, float] = field(default_factory=dict)  # the usable plans' objectives
+
+    def info(self) -> dict:
+        """For ``PlanResult.info["anytime"]``."""
+        s = self.start
+        return {"start": s.baseline if s else None, "start_value": s.value if s else None,
+                "projected": s.projected if s else None, "baselines": dict(self.outcomes),
+                "values": dict(self.values), "seconds": self.seconds}
+
+
+def run_start(instance: Instance, objective: str, budget: float, seed: int = 0) -> StartReport:
+    """Run the fast baselines within ``budget`` seconds and keep the best plan of the space
+    (projected into it where needed) that meets the caps."""
+    from milp_planner.planners import get_planner
+
+    t0 = time.perf_counter()
+    best: Start | None = None
+    outcomes: dict[str, str] = {}
+    values: dict[str, float] = {}
+    for name in START_BASELINES:
+        left = budget - (time.perf_counter() - t0)
+        if left <= 0:
+            outcomes[name] = "not run: the start's time was spent"
+            continue
+        try:
+            res = get_planner(name).solve(instance, objective=objective, time_limit=left, seed=seed)
+        except Exception as err:  # noqa: BLE001 - a baseline that fails only loses a candidate
+            outcomes[name] = f"failed: {str(err).splitlines()[0][:160] if str(err) else type(err).__name__}"
+            continue
+        if res.plan is None or res.metrics is None:
+            outcomes[name] = f"no plan ({res.status})"
+            continue
+        plan, m, projected = res.plan, res.metrics, False
+        if not m.in_space:
+            try:
+                plan = project(res.plan, instance, deadline=t0 + budget)
+                m = evaluate(plan, instance)
+            except PlannerError as err:
+                outcomes[name] = f"outside the space, projection failed: {err}"
+                continue
+            projected = True
+        if not m.in_space or not m.feasible:
+            why = "; ".join(m.space_reasons or m.violations)
+            outcomes[name] = f"{'projected plan ' if projected else ''}not usable: {why}"[:240]
+            continue
+        value = values[name] = m.value(objective)
+        outcomes[name] = f"{value:.6g}" + (" (projected into the space)" if projected else "")
+        if best is None or value < best.value:
+            best = Start(plan, value, name, projected)
+    return StartReport(best, outcomes, time.perf_counter() - t0, values)
+
+
+def project(plan: Plan, instance: Instance, deadline: float | None = None) -> Plan:
+    """``plan`` moved into the instance's space (see the module docstring); raises
+    ``PlannerError`` if a stage cannot be or past ``deadline`` (a ``time.perf_counter()`` value,
+    checked between stages)."""
+    fl = max(1, instance.search.fusion_limit)
+    stages = []
+    for s in plan.stages:
+        if deadline is not None and time.perf_counter() > deadline:
+            raise PlannerError("the start's time ran out while projecting")
+        for first in range(s.first, s.last + 1, fl):
+            stages.append(_project_stage(instance, s, first, min(s.last, first + fl - 1)))
+    return Plan(instance.name, stages, meta=dict(plan.meta, projected_from=plan.meta.get("planner")))
+
+
+def _size(p: Part) -> int:
+    return p.range[1] - p.range[0] if p.range is not None else 0
+
+
+def _project_stage(instance: Instance, s: Stage, first: int, last: int) -> Stage:
+    sp = instance.search
+    g = instance.graph
+    if len(s.parts) == 1 or s.axis == "none":
+        return Stage(first, last, "none", (Part(s.parts[0].device),))
+    biggest = max(s.parts, key=_size)
+    whole = Stage(first, last, "none", (Part(biggest.device),))
+    k_max = min(sp.max_parts, len(instance.devices))
+    axis = s.axis
+    if axis == "rows":
+        ok = all(g.layers[i].row_splittable for i in range(first, last + 1))
+    else:
+        ok = first == last and g.layers[first].channel_splittable
+    if axis not in sp.axes or not ok or k_max < 2:
+        return whole
+    keep = sorted(sorted(s.parts, key=_size, reverse=True)[:k_max], key=lambda p: p.range[0])
+    n = stage_extent(instance, last, axis)
+    while len(keep) >= 2:
+        cuts = _nearest_cuts(instance, n, [_size(p) for p in keep])
+        if cuts is not None:
+            parts = tuple(Part(p.device, r) for p, r in zip(keep, ranges_from_cuts(cuts, n)))
+            return Stage(first, last, axis, parts)
+        smallest = min(keep, key=_size)
+        keep = [p for p in keep if p is not smallest]
+    return whole
+
+
+def _nearest_cuts(instance: Instance, n: int, sizes: list[int]) -> Cuts | None:
+    """The cut vector of the split families for ``len(sizes)`` parts of ``n`` closest (least
+    total distance) to cutting ``n`` in the proportions ``sizes``; None if there is none."""
+    k = len(sizes)
+    if k > n:
+        return None
+    total = sum(sizes) or 1
+    acc, target = 0, []
+    for size in sizes[:-1]:
+        acc += size
+        target.append(acc * n / total)
+    candidates: list[Cuts] = []
+    sp = instance.search
+    for family in sp.splits:
+        if family.startswith("grid:"):
+            snapped = _snap_to_points(list(grid_points(n, int(family.split(":", 1)[1]))), target)
+            if snapped is not None:
+                candidates.append(snapped)
+        else:
+            try:
+                candidates += family_vectors(family, speeds(instance), n, k, sp.max_parts, instance.name)
+            except PlannerError:
+                continue  # a family too large to list: the others may still fit
+    if not candidates:
+        return None
+    return min(candidates, key=lambda c: sum(abs(a - b) for a, b in zip(c, target)))
+
+
+def _snap_to_points(points: list[int], target: list[float]) -> Cuts | None:
+    """Each target cut moved to a grid point, in order and strictly increasing: the nearest
+    point above the previous one that leaves room for the cuts still to place."""
+    out: list[int] = []
+    lo = 0  # index of the first usable point
+    for i, t in enumerate(target):
+        hi = len(points) - (len(target) - i)  # leave a point for every later cut
+        if lo > hi:
+            return None
+        j = min(range(lo, hi + 1), key=lambda x: abs(points[x] - t))
+        out.append(points[j])
+        lo = j + 1
+    return tuple(out)

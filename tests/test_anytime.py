@@ -1,0 +1,240 @@
+"""Anytime exact planners: floors valid for every plan, the baseline start, bound sources, the
+memory budget (docs/exact.md, "Anytime")."""
+
+import json
+from dataclasses import replace
+from fractions import Fraction as F
+from pathlib import Path
+
+import pytest
+from builders import chain_graph, device, fc_graph, make_instance, residual_graph
+
+from formulations.budget import MemoryBudgetExceeded, check_memory, memory_budget, parse_size, rss_bytes
+from formulations.floors import Floor, lower_floor
+from milp_planner.cost.evaluator import evaluate
+from milp_planner.errors import PlannerError
+from milp_planner.instance import SearchSpace
+from milp_planner.instance.devices import CostModel, Device, Power
+from milp_planner.instance.network import Endpoint
+from milp_planner.instance.reader import load_instance
+from milp_planner.planners import get_planner
+from milp_planner.planners.anytime_start import START_BASELINES, project, start_budget
+
+OBJECTIVES = ["latency", "energy", "period", "memory"]
+
+
+def _tiny(graph, devs, medium="switched", external=False, search=None):
+    n = len(devs)
+    bw = [[0.0 if i == j else 100.0 + 50 * i + 30 * j for j in range(n)] for i in range(n)]
+    src = Endpoint(None, tuple(150.0 - 20 * i for i in range(n)), tuple(0.02 for _ in range(n))) if external else 0
+    return make_instance(graph, devs, bw=bw, lat=0.05, medium=medium, source=src, sink=n - 1,
+                         search=search or SearchSpace(2, n, ("equal", "grid:4"), ("rows", "channels")))
+
+
+def _table_device(name, graph, speed, bend):
+    """A ``table`` device whose time is not proportional to the fraction (bend != 1)."""
+    table = {l.name: ((F(1, 2), F(l.work + 5) / speed * bend), (F(1), F(l.work + 5) / speed)) for l in graph.layers}
+    return Device(name, CostModel("table", F(speed), F(1, 100), table=table), power=Power(F(3), F(1), F(1)))
+
+
+def _roof_device(name):
+    return Device(name, CostModel("roofline", F(3000), F(1, 200), mem_bytes_per_s=F(400)), power=Power(F(5), F(1), F(2)))
+
+
+def _crossed_tables():
+    """Each device is fast on the layer the other is slow on: the per-device whole-model times
+    (the evaluator's ``lower_bound_s``) say nothing about a plan that uses each for its layer."""
+    g = chain_graph(2)
+    t = Device("t", CostModel("table", None, F(0), table={"c0": ((F(1), F(1, 100)),), "c1": ((F(1), F(1)),)}),
+               power=Power(F(1), F(1), F(1)))
+    u = Device("u", CostModel("table", None, F(0), table={"c0": ((F(1), F(1)),), "c1": ((F(1), F(1, 100)),)}),
+               power=Power(F(2), F(1), F(1)))
+    return _tiny(g, [t, u])
+
+
+FLOOR_CASES = {
+    "table-crossed": _crossed_tables,
+    "chain-linear": lambda: _tiny(chain_graph(3), [device("a", 1000, "0.01"), device("b", 2500, "0.02", power=(4, 1, 2))]),
+    "residual-shared": lambda: _tiny(residual_graph(), [device("a", 1000), device("b", 2000, power=(1, 1, 1))],
+                                     medium="shared"),
+    "residual-external-3": lambda: _tiny(residual_graph(), [device("a", 1000), device("b", 2000), _roof_device("c")],
+                                         external=True, search=SearchSpace(1, 3, ("equal",), ("rows", "channels"))),
+    "fc": lambda: _tiny(fc_graph(), [device("a", 1000, "0.001"), device("b", 3000, "0.002")]),
+    "table-concave": lambda: _tiny(chain_graph(2), [_table_device("t", chain_graph(2), 2000, F(7, 10)),
+                                                    device("b", 1500)]),
+    "table-convex": lambda: _tiny(chain_graph(2), [_table_device("t", chain_graph(2), 2000, F(3, 10)),
+                                                   _table_device("u", chain_graph(2), 900, F(9, 10))]),
+    "rows-only-1part": lambda: _tiny(chain_graph(3), [device("a", 1000), device("b", 3000)],
+                                     search=SearchSpace(1, 1, ("equal",), ("rows",))),
+}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c.endswith("-3") else c
+                                  for c in sorted(FLOOR_CASES)])
+def test_floor_below_brute_force_and_random_plans(case):
+    inst = FLOOR_CASES[case]()
+    for objective in OBJECTIVES:
+        floor = lower_floor(inst, objective)
+        assert isinstance(floor, Floor) and floor.value >= 0 and floor.source
+        best = get_planner("bruteforce").solve(replace(inst, constraints=replace(inst.constraints, memory=False)),
+                                               objective=objective)
+        assert floor.value <= best.value * (1 + 1e-9), (objective, floor, best.value)
+        rnd = get_planner("random", samples=40).solve(inst, objective=objective, seed=3)
+        assert floor.value <= rnd.value * (1 + 1e-9), (objective, floor, rnd.value)
+
+
+def test_floor_is_not_trivial():
+    inst = FLOOR_CASES["chain-linear"]()
+    for objective in OBJECTIVES:
+        best = get_planner("bruteforce").solve(inst, objective=objective).value
+        assert lower_floor(inst, objective).value >= 0.2 * best, objective
+
+
+# -- the anytime start, the bound and its source ------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+FLOOR_SOURCES = ("fluid", "compute-only", "weights")
+SOURCES = ("certified", "rounds") + FLOOR_SOURCES
+
+
+@pytest.mark.slow
+def test_one_second_on_seven_pis_is_no_worse_than_the_fast_baselines():
+    """The issue's case: dp used to return the single-device plan at 2.58 s (coopai: 0.477 s)."""
+    inst = load_instance(ROOT / "instances/coopai/vgg16-rpi4-7.yaml")
+    res = get_planner("dp").solve(inst, time_limit=1.0)
+    assert res.plan is not None and res.metrics.in_space and res.metrics.feasible
+    start = res.info["anytime"]
+    ran = start["values"]
+    assert "offload" in ran and "coedge" in ran, start
+    assert res.value <= min(ran.values()) * (1 + 1e-12)
+    # the baselines on their own, where they are in the space (coedge) or single-device (offload)
+    for name in ("offload", "coedge"):
+        alone = get_planner(name).solve(inst)
+        assert alone.metrics.in_space and res.value <= alone.value * (1 + 1e-12), name
+    assert res.value < 0.5  # not the single-device plan (2.58 s)
+    assert res.bound is not None and 0 < res.bound <= res.value
+    assert res.info["bound_source"] in SOURCES
+    assert res.solve_time_s <= 1.0 * 1.05 + 2 + 3  # the limit's slack, plus the shared test machine's
+
+
+def test_a_tiny_limit_still_returns_a_plan_and_a_bound():
+    inst = FLOOR_CASES["chain-linear"]()
+    for planner in ("dp", "milp", "cpsat"):
+        res = get_planner(planner).solve(inst, objective="latency", time_limit=0.05)
+        assert res.plan is not None and res.bound is not None and res.bound <= res.value
+        assert res.info["bound_source"] in SOURCES
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_anytime_on_or_off_same_optimum(objective):
+    inst = FLOOR_CASES["residual-shared"]()
+    on = get_planner("dp").solve(inst, objective=objective)
+    off = get_planner("dp", anytime=False).solve(inst, objective=objective)
+    assert "anytime" in on.info and "anytime" not in off.info
+    if objective in ("latency", "energy"):
+        assert on.status == off.status == "optimal"
+        assert on.value == pytest.approx(off.value, rel=1e-9)
+        assert on.info["bound_source"] in ("certified", "rounds")
+    else:  # dp is not exact there: the start may only improve its plan
+        assert on.value <= off.value * (1 + 1e-12)
+    for res in (on, off):
+        assert res.bound <= res.value * (1 + 1e-12) and res.info["bound_source"] in SOURCES
+
+
+def test_the_start_never_beats_a_certified_optimum():
+    inst = FLOOR_CASES["chain-linear"]()
+    ref = get_planner("bruteforce").solve(inst, objective="latency")
+    res = get_planner("milp").solve(inst, objective="latency")
+    assert res.status == "optimal" and res.value == pytest.approx(ref.value, rel=1e-6)
+    for v in res.info["anytime"]["values"].values():
+        assert v >= ref.value * (1 - 1e-9)
+
+
+def test_start_budget():
+    assert start_budget(None) == 2.0
+    assert start_budget(60) == 2.0 and start_budget(10) == 1.0
+    assert start_budget(1) == 0.5 and start_budget(0.2) == 0.2 and start_budget(0) == 0
+
+
+@pytest.mark.parametrize("path", ["instances/examples/edge-3dev.yaml", "instances/examples/tiny-residual-3dev.yaml"])
+def test_projection_puts_every_baseline_plan_into_the_space(path):
+    inst = load_instance(ROOT / path)
+    outside = 0
+    for name in START_BASELINES:
+        res = get_planner(name).solve(inst, time_limit=5)
+        if res.plan is None:
+            continue
+        moved = project(res.plan, inst)
+        m = evaluate(moved, inst)
+        assert m.in_space, (name, m.space_reasons)
+        if not res.metrics.in_space:
+            outside += 1
+        else:  # a plan already in the space keeps its stages
+            assert [(s.first, s.last) for s in moved.stages] == [(s.first, s.last) for s in res.plan.stages]
+    assert outside >= 1  # the projection had something to do
+
+
+# -- the memory budget --------------------------------------------------------------------
+
+def test_parse_size_and_option():
+    assert parse_size("4GB") == 4 * 10**9 and parse_size("512 MB") == 512 * 10**6
+    assert parse_size("2GiB") == 2 * 2**30 and parse_size(1000) == 1000 and parse_size("1e9") == 10**9
+    for bad in ("4XB", "-1GB", "0", "GB", True):
+        with pytest.raises(ValueError):
+            parse_size(bad)
+    with pytest.raises(PlannerError, match="memory_budget"):
+        get_planner("dp", memory_budget="lots")
+    assert get_planner("milp", memory_budget="3GB").memory_budget() == 3 * 10**9
+    assert get_planner("cpsat").memory_budget() == 4 * 10**9
+
+
+def test_check_memory_raises_only_inside_a_budget():
+    check_memory()  # no budget: nothing
+    with memory_budget(rss_bytes() // 2):
+        with pytest.raises(MemoryBudgetExceeded, match="memory budget"):
+            check_memory()
+    with memory_budget(rss_bytes() + 10**12):
+        check_memory()
+    check_memory()
+
+
+@pytest.mark.parametrize("anytime", [True, False])
+def test_a_budget_below_the_current_memory_stops_with_a_plan_and_a_bound(anytime):
+    inst = FLOOR_CASES["chain-linear"]()
+    res = get_planner("dp", memory_budget=max(1, rss_bytes() // 2), anytime=anytime).solve(inst, objective="latency")
+    assert res.info.get("stopped_by") == "memory budget" and "memory budget" in res.message
+    assert res.plan is not None and res.metrics.in_space and res.metrics.feasible
+    assert res.bound is not None and res.bound <= res.value and res.info["bound_source"] in SOURCES
+    if anytime:
+        assert res.info["plan_from"].startswith("anytime start")
+
+
+@pytest.mark.slow
+def test_a_budget_50mb_above_the_current_memory_on_a_hard_instance():
+    inst = load_instance(ROOT / "instances/coopai/vgg16-rpi4-7.yaml")
+    budget = rss_bytes() + 50 * 10**6
+    res = get_planner("dp", memory_budget=budget).solve(inst, time_limit=30)
+    assert res.plan is not None and res.metrics.in_space and res.bound is not None and res.bound <= res.value
+    assert res.info["bound_source"] in SOURCES
+    if res.info.get("stopped_by") == "memory budget":
+        assert "memory budget" in res.message
+    else:
+        assert res.status in ("optimal", "timeout", "feasible")
+
+
+# -- JSON -----------------------------------------------------------------------------------
+
+def test_solve_json_carries_bound_source(capsys):
+    from milp_planner.cli import main
+
+    def run(*extra):
+        assert main(["solve", "example:tiny-2dev", "--planner", "dp", "--json", "--quiet", "--compare", "none",
+                     *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    out = run("--time-limit", "60")
+    assert out["status"] == "optimal" and out["bound_source"] in ("certified", "rounds")
+    assert out["info"]["anytime"]["start"] in START_BASELINES
+    out = run("-O", "memory_budget=1MB")
+    assert out["bound_source"] in FLOOR_SOURCES + ("rounds",) and out["bound"] <= out["objective"]
+    assert out["info"]["stopped_by"] == "memory budget"
