@@ -62,7 +62,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from milp_planner.io import write_atomic  # noqa: E402
 from seeds_report import markdown, public_row, write_csv  # noqa: E402
-from seeds_setup import GROUPS, Variant, is_exact, objective_copy  # noqa: E402
+from seeds_setup import GROUPS, Variant, any_cuts_copy, is_exact, objective_copy  # noqa: E402
+from seeds_refs import attach_references  # noqa: E402
 from seeds_tables import (Cells, analyse_autodice, analyse_coopai, analyse_distredge, autodice_files,  # noqa: E402
                           pareto_entries)
 
@@ -75,6 +76,7 @@ class Job:
     variant: Variant
     task: object  # runner.Task
     run: bool
+    base: Path  # the instance file in instances/ the task's (possibly copied) file comes from
 
 
 def make_jobs(args, cache_dir: Path) -> list[Job]:
@@ -94,6 +96,10 @@ def make_jobs(args, cache_dir: Path) -> list[Job]:
                 continue
             run = v.label in run_labels if run_labels is not None else v.default
             paths = [objective_copy(f, obj, cache_dir) for obj in v.objectives for f in files]
+            bases = list(paths)  # an any-cut copy belongs to the instance it copies
+            if v.any_cuts:
+                paths = [any_cuts_copy(p, cache_dir) for p in paths]
+            base_of = {p.resolve(): b for p, b in zip(paths, bases)}
             insts = []
             for p in paths:
                 if p not in loaded:
@@ -104,7 +110,7 @@ def make_jobs(args, cache_dir: Path) -> list[Job]:
             tl = args.exact_time_limit if is_exact(v.planner) else args.time_limit
             opts = {v.planner: v.opts} if v.options else None
             for t in runner.make_tasks(insts, [v.planner], time_limit=tl, repeats=args.repeats, options=opts):
-                jobs.append(Job(g, v, t, run))
+                jobs.append(Job(g, v, t, run, base_of[Path(t.instance_path).resolve()]))
     return jobs
 
 
@@ -227,6 +233,8 @@ def main(argv=None) -> int:
         r["_info"] = {k: info[k] for k in ("episodes_done", "stopped_by_time_limit", "evaluations") if k in info}
         r["instance_file"] = str(Path(r["instance_file"]).resolve().relative_to(ROOT)) \
             if Path(r["instance_file"]).resolve().is_relative_to(ROOT) else r["instance_file"]
+        r["base_file"] = str(j.base.resolve().relative_to(ROOT))
+    attach_references(rows, ROOT)
     cells = Cells(rows)
 
     md_parts, analysis = analyse(args.groups, rows, cells,
