@@ -1,0 +1,272 @@
+"""Problem-specific lower bounds valid for every plan: any cuts, fusion, part count or devices.
+
+``lower_floor(instance, objective)`` returns a ``Floor`` (value, source). It does not depend on
+the split families or ``fusion_limit``, so it bounds every plan the evaluator can price, in the
+space or not. The exact planners report it when their own proof is weaker (docs/exact.md).
+
+Why the bounds hold (docs/model.md section 4):
+
+- *Coverage.* Every plan computes, for each layer l, at least the rows the graph outputs need:
+  the rows one part computing the whole graph as one ``none`` stage computes (``m_l``, a
+  fraction; 1 for almost every layer). A layer's parts compute fractions ``f_d`` with
+  ``sum_d f_d >= m_l`` (halos only add rows; channel parts sum to 1).
+- *Per-device time.* For every cost model, the time of a fraction f > 0 of a layer is at least
+  ``g(f) = o + a f``: ``linear`` and ``roofline`` are exactly of this form (the roofline's
+  per-whole time does not depend on f); a ``table`` is piecewise linear through (0, 0), so
+  ``t(f) >= f x min over its breakpoints in (0, 1] and f = 1 of t/f`` (t/f is monotone on each
+  segment). Where a layer may be priced from two tables (rows, channels) or fall back to
+  ``macs_per_s``, g is the minimum of the candidates. g is concave in f, so for weights
+  ``w_d >= 0`` the least of ``sum_d w_d g_d(f_d)`` over ``sum_d f_d >= m`` is reached on one
+  device: ``min_d w_d g_d(m)``. Communication is left out (it only adds).
+- *Latency.* A stage lasts at least every device's compute in it, so for any weights w of sum
+  <= 1 over any ``max_parts`` devices (``topk(w) <= 1``), ``tau(s) >= sum_d w_d compute(s, d)``.
+  Summed over stages: ``latency >= sum_l min_d w_d g_d(m_l) / topk(w)`` (**fluid**: the work
+  spread over the devices at best). A layer no plan can split (no allowed axis splits it) sits in
+  a one-part stage, whose time is that device's compute: it adds ``min_d g_d(m_l)`` instead
+  (**compute-only**: communication free, the plan's structure kept). w is chosen by a small LP
+  (scipy's HiGHS); the bound is then recomputed from w in plain arithmetic, so a solver
+  tolerance can never make it invalid.
+- *Period* ``>= sum_d w_d load_d`` for weights of sum 1, so the fluid sum without ``topk``; and
+  at least the time of the largest layer no plan can split, on its fastest device.
+- *Energy* ``>= sum_l min_d power_d g_d(m_l)``: compute energy only, each layer at the least
+  energy per unit of work.
+- *Memory* (the largest device): the devices together store every weight of every computed layer
+  (a channel part its share, rounded half up, so at least ``params - max_parts / 2`` elements)
+  and, in the stage that computes it, every needed row of each layer's output: the largest
+  device holds at least that sum / number of devices. A layer no plan splits along channels has
+  all its weights on one device, and a device source holds the model input.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from milp_planner.instance import Instance
+from milp_planner.instance.devices import CostModel
+from milp_planner.model.graph import Layer
+from milp_planner.space.geometry import StageGeometry, full_region
+
+# Relative safety margin on float sums (the evaluator sums floats too).
+_MARGIN = 1e-12
+
+
+class Floor(NamedTuple):
+    """A lower bound on an objective over every plan, and which argument gave it."""
+
+    value: float
+    source: str  # "fluid" | "compute-only" | "weights" | "none"
+
+
+class _Affine(NamedTuple):
+    """``overhead + slope x f`` for f > 0: a lower bound on a layer's time of a fraction f."""
+
+    overhead: float
+    slope: float
+
+    def at(self, f: float) -> float:
+        return 0.0 if f <= 0 else max(self.overhead + self.slope * f, 0.0)
+
+
+def lower_floor(instance: Instance, objective: str | None = None) -> Floor:
+    """The best problem-specific lower bound on ``objective`` (default: the instance's) that
+    holds for every plan of ``instance`` (see the module docstring for the proof)."""
+    objective = objective or instance.objective
+    if objective == "memory":
+        return Floor(float(_memory_floor(instance)), "weights")
+    cover = _coverage(instance)
+    times = _time_floors(instance)
+    layers = [l for l in instance.graph.layers if cover[l.id] > 0]
+    cost = {(d, l.id): times[d][l.id].at(cover[l.id]) for d in range(len(instance.devices)) for l in layers}
+    n_dev = len(instance.devices)
+    if objective == "energy":
+        power = [float(d.power.compute_w) for d in instance.devices]
+        value = sum(min(power[d] * cost[d, l.id] for d in range(n_dev)) for l in layers)
+        return Floor(_safe(value), "compute-only")
+    whole = [l for l in layers if not _splittable(instance, l)]
+    whole_cost = [min(cost[d, l.id] for d in range(n_dev)) for l in whole]
+    if objective == "period":
+        fluid = _fluid(cost, [l.id for l in layers], n_dev, n_dev)
+        biggest = max(whole_cost, default=0.0)
+        return Floor(_safe(biggest), "compute-only") if biggest > fluid else Floor(_safe(fluid), "fluid")
+    if objective != "latency":
+        raise ValueError(f"unknown objective {objective!r}")
+    k = max(1, min(instance.search.max_parts, n_dev))
+    fluid = _fluid(cost, [l.id for l in layers], n_dev, k)
+    split_ids = [l.id for l in layers if _splittable(instance, l)]
+    compute_only = sum(whole_cost) + _fluid(cost, split_ids, n_dev, k)
+    if compute_only > fluid:
+        return Floor(_safe(compute_only), "compute-only")
+    return Floor(_safe(fluid), "fluid")
+
+
+def _safe(value: float) -> float:
+    return max(0.0, value * (1 - _MARGIN))
+
+
+def _splittable(instance: Instance, layer: Layer) -> bool:
+    """Whether any plan may split ``layer`` over several parts (conservative: True if unsure)."""
+    s = instance.search
+    if min(s.max_parts, len(instance.devices)) < 2:
+        return False
+    return ("rows" in s.axes and layer.row_splittable) or ("channels" in s.axes and layer.channel_splittable)
+
+
+def _coverage(instance: Instance) -> dict[int, float]:
+    """m_l: the share of each layer's output every plan computes (by some part)."""
+    g = instance.graph
+    if not g.layers:
+        return {}
+    part = StageGeometry(g).parts(0, len(g.layers) - 1, "none", [None])[0]
+    return {l.id: float(part.fraction.get(l.id, 0)) for l in g.layers}
+
+
+def _time_floors(instance: Instance) -> list[dict[int, _Affine]]:
+    """Per device and layer, an affine lower bound on the time of a fraction (see docstring)."""
+    g = instance.graph
+    dt = instance.dtype_bytes
+    out = []
+    for dev in instance.devices:
+        per = {}
+        for layer in g.layers:
+            io = (sum(g.elements(t) for t in layer.inputs) + g.elements(layer.output)) * dt
+            per[layer.id] = _layer_floor(dev.compute, layer, io, layer.params * dt)
+        out.append(per)
+    return out
+
+
+def _layer_floor(model: CostModel, layer: Layer, io_bytes: int, weight_bytes: int) -> _Affine:
+    candidates = []
+    fallback = False
+    for axis in ("rows", "channels"):
+        points = model.points(layer.name, axis) if model.kind == "table" else None
+        if points is None:
+            fallback = True
+        else:
+            candidates.append(_Affine(0.0, _table_slope(points)))
+    if fallback:
+        if model.macs_per_s is None:
+            candidates.append(_Affine(0.0, 0.0))  # unpriceable: the evaluator raises; bound 0
+        else:
+            per_whole = float(layer.work) / float(model.macs_per_s)
+            if model.kind == "roofline" and model.mem_bytes_per_s:
+                per_whole = max(per_whole, float(io_bytes + weight_bytes) / float(model.mem_bytes_per_s))
+            candidates.append(_Affine(max(float(model.overhead_s), 0.0), per_whole))
+    # the pointwise minimum of the candidates, bounded below by an affine function: keep the
+    # smaller overhead and the smaller slope (valid for every f in (0, 1])
+    return _Affine(min(c.overhead for c in candidates), min(c.slope for c in candidates))
+
+
+def _table_slope(points) -> float:
+    """min over f in (0, 1] of t(f) / f for a table interpolated through (0, 0)."""
+    from milp_planner.instance.devices import _interpolate
+
+    fs = [float(f) for f, _ in points if 0 < float(f) <= 1] + [1.0]
+    best = min(float(_interpolate(points, f, float)) / f for f in fs)
+    return max(best, 0.0)
+
+
+def _fluid(cost: dict, layer_ids: list[int], n_dev: int, k: int) -> float:
+    """max over weights w >= 0 of sum_l min_d w_d cost[d, l] / (sum of the k largest w_d)."""
+    if not layer_ids or n_dev == 0:
+        return 0.0
+    candidates = [[1.0] * n_dev]
+    totals = [sum(cost[d, l] for l in layer_ids) for d in range(n_dev)]
+    if all(t > 0 for t in totals):
+        candidates.append([1.0 / t for t in totals])
+    lp = _fluid_lp(cost, layer_ids, n_dev, k)
+    if lp is not None:
+        candidates.append(lp)
+    return max(_fluid_value(cost, layer_ids, w, k) for w in candidates)
+
+
+def _fluid_value(cost, layer_ids, w, k) -> float:
+    w = [max(x, 0.0) for x in w]
+    top = sum(sorted(w, reverse=True)[:k])
+    if top <= 0:
+        return 0.0
+    return sum(min(w[d] * cost[d, l] for d in range(len(w))) for l in layer_ids) / top
+
+
+def _fluid_lp(cost, layer_ids, n_dev, k):
+    """The weights maximising the fluid bound (an LP), or None if scipy fails."""
+    try:
+        import numpy as np
+        from scipy.optimize import linprog
+        from scipy.sparse import coo_matrix
+    except ImportError:  # pragma: no cover - scipy is a dependency of the solvers
+        return None
+    n_l = len(layer_ids)
+    # variables: w (n_dev), z (n_l), t (1), u (n_dev)
+    nv = 2 * n_dev + n_l + 1
+    rows, cols, vals, rhs = [], [], [], []
+    r = 0
+    for j, l in enumerate(layer_ids):
+        for d in range(n_dev):
+            rows += [r, r]
+            cols += [n_dev + j, d]
+            vals += [1.0, -cost[d, l]]
+            rhs.append(0.0)
+            r += 1
+    it = n_dev + n_l
+    for d in range(n_dev):  # w_d - t - u_d <= 0
+        rows += [r, r, r]
+        cols += [d, it, it + 1 + d]
+        vals += [1.0, -1.0, -1.0]
+        rhs.append(0.0)
+        r += 1
+    rows += [r] * (n_dev + 1)  # k t + sum u <= 1
+    cols += [it] + [it + 1 + d for d in range(n_dev)]
+    vals += [float(k)] + [1.0] * n_dev
+    rhs.append(1.0)
+    r += 1
+    a = coo_matrix((vals, (rows, cols)), shape=(r, nv))
+    c = np.zeros(nv)
+    c[n_dev:n_dev + n_l] = -1.0
+    try:
+        res = linprog(c, A_ub=a, b_ub=np.array(rhs), bounds=[(0, None)] * nv, method="highs")
+    except Exception:  # noqa: BLE001 - a failed LP only loses a candidate
+        return None
+    if res.status != 0 or res.x is None:
+        return None
+    return [float(x) for x in res.x[:n_dev]]
+
+
+def _memory_floor(instance: Instance) -> int:
+    g = instance.graph
+    if not g.layers:
+        return 0
+    dt = instance.dtype_bytes
+    n_dev = len(instance.devices)
+    s = instance.search
+    k = max(1, min(s.max_parts, n_dev))
+    part = StageGeometry(g).parts(0, len(g.layers) - 1, "none", [None])[0]
+    weights, largest_whole, largest_out = 0, 0, 0
+    for layer in g.layers:
+        if part.fraction.get(layer.id, 0) <= 0:
+            continue
+        channel_split = k >= 2 and "channels" in s.axes and layer.channel_splittable
+        if channel_split:
+            elements = max(0, -(-(2 * layer.params - k) // 2))  # ceil(params - k / 2)
+        else:
+            elements = layer.params
+            largest_whole = max(largest_whole, layer.params * dt)
+        weights += elements * dt
+        region = part.computed.get(layer.id)
+        if region is not None:
+            out = region.cells * _cell_elements(g, layer.output) * dt
+            largest_out = max(largest_out, out)
+    spread = -(-(weights + largest_out) // n_dev)
+    source = 0
+    net = instance.network
+    if not net.source.external:
+        for t in g.inputs:
+            if any(t in l.inputs for l in g.layers):
+                source += full_region(g, t).cells * _cell_elements(g, t) * dt
+    return max(spread, largest_whole, source)
+
+
+def _cell_elements(graph, tensor: str) -> int:
+    from milp_planner.space.geometry import tensor_grid
+
+    return tensor_grid(graph, tensor)[2]
