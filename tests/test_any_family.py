@@ -99,3 +99,73 @@ def test_exact_planners_with_any_equal_bruteforce(planner, objective):
     assert ref.value <= eq.value + 1e-12
     if objective == "latency":
         assert ref.value < eq.value * (1 - 1e-6)
+
+
+# -- baseline gaps: never negative -------------------------------------------------------------
+
+from milp_planner.report.baselines import enclosing_space, run_baselines  # noqa: E402
+from milp_planner.report.results import fill_gaps  # noqa: E402
+from milp_planner.space.cuts import out_of_space  # noqa: E402
+
+
+def narrow_instance():
+    """Equal splits, no fusion, rows only: MoDNN's speed-biased cuts leave this space and beat
+    its optimum (1.170 s against 1.274 s)."""
+    inst = tiny_any(splits=("equal",), max_parts=2)
+    return replace(inst, search=replace(inst.search, fusion_limit=1, axes=("rows",)))
+
+
+@pytest.fixture(scope="module")
+def narrow_optimum():
+    inst = narrow_instance()
+    res = get_planner("dp").solve(inst, objective="latency")
+    assert res.status == "optimal"
+    return res
+
+
+@pytest.mark.parametrize("exact", ["dp", None])
+def test_out_of_space_baseline_beating_the_optimum_has_a_non_negative_gap(narrow_optimum, exact):
+    inst = narrow_instance()
+    (row,) = run_baselines(inst, ["modnn"], narrow_optimum.value, "latency", time_limit=10, certified=True,
+                           exact_planner=exact)
+    assert row.in_space is False and row.feasible
+    assert row.vs_in_space < -0.05  # beats the in-space optimum, and says so
+    assert row.reference is not None and row.vs_reference >= 0
+    plan = get_planner("modnn").solve(inst, objective="latency").plan
+    space = enclosing_space(inst.search, plan, len(inst.devices))
+    assert space.splits == ("any",) and not out_of_space(plan, replace(inst, search=space))
+    if exact == "dp":  # the any-cut optimum over the space that holds MoDNN's plan, checked by brute force
+        assert row.reference.kind == "any-cut optimum"
+        brute = get_planner("bruteforce").solve(replace(inst, search=space), objective="latency")
+        assert row.reference.value == pytest.approx(brute.value, rel=1e-9)
+        assert row.value >= brute.value
+    else:  # no exact run: the floor of formulations.floors, valid for every such plan
+        assert row.reference.kind == "floor"
+        assert row.reference.value <= row.value
+    d = row.to_dict()
+    assert d["vs_reference"] >= 0 and d["reference"]["kind"] == row.reference.kind
+
+
+def test_in_space_baseline_keeps_the_in_space_optimum(narrow_optimum):
+    (row,) = run_baselines(narrow_instance(), ["offload"], narrow_optimum.value, "latency", certified=True)
+    assert row.in_space and row.reference.kind == "in-space optimum" and row.vs_reference >= 0
+
+
+def test_report_rows_outside_the_space_are_measured_against_a_floor(narrow_optimum, tmp_path):
+    inst = narrow_instance()
+    modnn = get_planner("modnn").solve(inst, objective="latency")
+    f = str(tmp_path / "narrow.yaml")
+
+    def row(planner, res, exact):
+        m = res.metrics
+        return {"instance": "narrow", "instance_file": f, "planner": planner, "objective": "latency",
+                "value": res.value, "feasible": m.feasible, "in_space": m.in_space, "bound": res.bound,
+                "status": res.status, "_exact": exact, "_plan": res.plan.to_dict()}
+
+    rows = [row("dp", narrow_optimum, True), row("modnn", modnn, False)]
+    fill_gaps(rows, {f: inst})
+    dp, mo = rows
+    assert dp["ref_kind"] == "in-space optimum" and dp["gap"] == 0
+    assert mo["vs_in_space"] < 0  # below the certified in-space optimum ...
+    assert mo["ref_kind"] == "floor" and 0 <= mo["gap"] < 1  # ... and its gap to a floor that holds for it
+    assert mo["ref_value"] <= mo["value"]

@@ -103,10 +103,11 @@ def build_rows(records: list[dict]) -> list[dict]:
     return rows
 
 
-def fill_gaps(rows: list[dict]) -> None:
+def fill_gaps(rows: list[dict], instances: dict | None = None) -> None:
     """Set best_bound, gap (with ref_kind, ref_value, vs_in_space), gap_to_best_known and
-    certified on every row, instance by instance."""
-    floors = _Floors()
+    certified on every row, instance by instance. ``instances``: loaded ``Instance`` per
+    ``instance_file`` (others are loaded from the file when a floor is needed)."""
+    floors = _Floors(instances)
     by_inst: dict[tuple, list[dict]] = {}
     for r in rows:
         by_inst.setdefault((r["instance_file"], r["objective"]), []).append(r)
@@ -150,8 +151,8 @@ def fill_gaps(rows: list[dict]) -> None:
 class _Floors:
     """The floor reference of a row's plan outside the space (instances loaded once)."""
 
-    def __init__(self):
-        self.instances: dict[str, object] = {}
+    def __init__(self, instances: dict | None = None):
+        self.instances: dict[str, object] = dict(instances or {})
         self.refs: dict[tuple, object] = {}
 
     def get(self, r: dict):
