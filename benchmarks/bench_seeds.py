@@ -63,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from milp_planner.io import write_atomic  # noqa: E402
 from seeds_report import markdown, public_row, write_csv  # noqa: E402
 from seeds_setup import GROUPS, Variant, any_cuts_copy, is_exact, objective_copy  # noqa: E402
-from seeds_refs import attach_references  # noqa: E402
+from seeds_refs import attach_references, in_space_references  # noqa: E402
 from seeds_tables import (Cells, analyse_autodice, analyse_coopai, analyse_distredge, autodice_files,  # noqa: E402
                           pareto_entries)
 
@@ -302,6 +302,7 @@ def render_only(results: Path, out: Path, groups) -> int:
     except (OSError, ValueError) as e:
         raise SystemExit(f"{results}: cannot read the recorded results ({e})")
     rows = [dict(r, _exact=r["kind"] == "exact", _info=r.get("info") or {}, _metrics=None) for r in data["rows"]]
+    in_space_references(rows)  # results recorded before the reference columns existed
     pareto = data["analysis"].get("autodice", {}).get("pareto", {})
     md_parts, analysis = analyse(groups, rows, Cells(rows), pareto)
     out.mkdir(parents=True, exist_ok=True)

@@ -100,3 +100,19 @@ def attach_references(rows: list[dict], root: Path, any_label: str = "dp-any") -
             raise AssertionError(f"{r['instance']} / {r.get('variant')}: value {r['value']!r} below the "
                                  f"{best.kind} {best.value!r} of a space that holds its plan")
         r["ref_kind"], r["ref_value"], r["ref_gap"] = best.kind, best.value, gap
+
+
+def in_space_references(rows: list[dict]) -> None:
+    """The reference columns of rows recorded before they existed (a seeds.json without them,
+    and without plans): in-space feasible rows get the best in-space bound; the others none."""
+    for r in rows:
+        if "ref_kind" in r:
+            continue
+        for c in REF_COLUMNS[1:]:
+            r[c] = None
+        if r["value"] is None:
+            continue
+        r["vs_in_space"] = _gap(r["value"], r["best_bound"])
+        if r["in_space"] and r["feasible"] and r["best_bound"] is not None:
+            r["ref_kind"] = "in-space optimum" if r["certified"] else "in-space bound"
+            r["ref_value"], r["ref_gap"] = r["best_bound"], r["gap"]

@@ -42,7 +42,7 @@ def ref_text(rs) -> str:
     with_ref = [r for r in rs if r.get("ref_gap") is not None]
     if not with_ref:
         out = [r for r in rs if r["value"] is not None and (r["in_space"] is False or not r["feasible"])]
-        return " (no bound holds for it)" if out else ""
+        return " (no covering bound recorded)" if out else ""
     kinds = sorted({r["ref_kind"] for r in with_ref})
     g = fmean([r["ref_gap"] for r in with_ref])
     text = gap_text(g)
