@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "instances" / "examples" / "tiny-2dev.yaml"
 
 
-def tiny_any(n_layers=3, splits=("any",), max_parts=2, n_devices=2):
+def tiny_any(n_layers=2, splits=("any",), max_parts=2, n_devices=2):
     devs = [device("a", 1000, "0.01", power=(2, 1, 1)), device("b", 2500, "0.02", power=(4, 1, 2)),
             device("c", 1700, "0.015", power=(3, 1, 1))][:n_devices]
     bw = [[0.0 if i == j else (5000.0 if i < j else 12500.0) for j in range(n_devices)] for i in range(n_devices)]
@@ -82,20 +82,35 @@ def test_reader_refuses_other_names_in_one_line(tmp_path, bad, why):
     assert "\n" not in msg and "search.splits[0]" in msg and why in msg and "t.yaml" in msg
 
 
-@pytest.mark.parametrize("objective", ["latency", "energy"])
-@pytest.mark.parametrize("planner", ["dp", "milp", "cpsat"])
+_BRUTE: dict = {}
+
+
+def brute(splits, objective):
+    """Brute force on ``tiny_any`` with ``splits`` (cached: it is the slow half of each case)."""
+    key = (splits, objective)
+    if key not in _BRUTE:
+        inst = tiny_any(splits=splits)
+        _BRUTE[key] = get_planner("bruteforce").solve(inst, objective=objective)
+    return _BRUTE[key]
+
+
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("planner, objective", [
+    ("dp", "latency"), pytest.param("dp", "energy", marks=SLOW),
+    pytest.param("milp", "latency", marks=SLOW), pytest.param("milp", "energy", marks=SLOW),
+    pytest.param("cpsat", "latency", marks=SLOW), pytest.param("cpsat", "energy", marks=SLOW)])
 def test_exact_planners_with_any_equal_bruteforce(planner, objective):
-    inst = tiny_any()
-    ref = get_planner("bruteforce").solve(inst, objective=objective)
+    ref = brute(("any",), objective)
     assert ref.status == "optimal"
-    res = get_planner(planner).solve(inst, objective=objective)
+    res = get_planner(planner).solve(tiny_any(), objective=objective)
     assert res.status == "optimal", res.message
     tol = 1e-6 * ref.value + res.info.get("tolerance", 0.0)
     assert res.value == pytest.approx(ref.value, abs=tol)
     assert res.metrics.in_space
     # the any-space contains the equal-split space: its optimum is never worse, here strictly better
-    eq = get_planner("bruteforce").solve(replace(inst, search=replace(inst.search, splits=("equal",))),
-                                         objective=objective)
+    eq = brute(("equal",), objective)
     assert ref.value <= eq.value + 1e-12
     if objective == "latency":
         assert ref.value < eq.value * (1 - 1e-6)
@@ -123,7 +138,7 @@ def narrow_optimum():
     return res
 
 
-@pytest.mark.parametrize("exact", ["dp", None])
+@pytest.mark.parametrize("exact", [pytest.param("dp", marks=SLOW), None])
 def test_out_of_space_baseline_beating_the_optimum_has_a_non_negative_gap(narrow_optimum, exact):
     inst = narrow_instance()
     (row,) = run_baselines(inst, ["modnn"], narrow_optimum.value, "latency", time_limit=10, certified=True,
