@@ -167,6 +167,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--cache", default=None, help="run cache (default OUT/.cache/runs; not committed)")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--keep-groups-from", default=None, metavar="SEEDS_JSON",
+                    help="add the groups of a recorded seeds.json that this invocation does not run (their rows "
+                         "and AutoDiCE Pareto sets as recorded; seeds.md says which groups and from when)")
     ap.add_argument("--render-only", nargs="?", const="", default=None, metavar="SEEDS_JSON",
                     help="run nothing: redraw seeds.md in --out from a recorded seeds.json (default: OUT/seeds.json)")
     args = ap.parse_args(argv)
@@ -235,10 +238,28 @@ def main(argv=None) -> int:
             if Path(r["instance_file"]).resolve().is_relative_to(ROOT) else r["instance_file"]
         r["base_file"] = str(j.base.resolve().relative_to(ROOT))
     attach_references(rows, ROOT)
+    groups, kept = list(args.groups), {}
+    pareto = None
+    if args.keep_groups_from:
+        old = json.loads(Path(args.keep_groups_from).read_text())
+        for g in old["analysis"]:
+            if g in groups or g not in GROUPS:
+                continue
+            old_rows = [dict(r, _exact=r["kind"] == "exact", _info=r.get("info") or {}, _metrics=None, _plan=None,
+                             cached=True) for r in old["rows"] if r["group"] == g]
+            in_space_references(old_rows)
+            rows += old_rows
+            groups.append(g)
+            if g == "autodice":
+                pareto = old["analysis"]["autodice"].get("pareto", {})
+            kept[g] = {"date": old["meta"]["machine"].get("date"), "git": (old["meta"].get("git") or {}).get("head"),
+                       "runs": len(old_rows), "from": str(args.keep_groups_from)}
+        groups = [g for g in GROUPS if g in groups]
     cells = Cells(rows)
 
-    md_parts, analysis = analyse(args.groups, rows, cells,
-                                 pareto_entries(cells, autodice_files(rows, cells), records))
+    if pareto is None:
+        pareto = pareto_entries(cells, autodice_files(rows, cells), records)
+    md_parts, analysis = analyse(groups, rows, cells, pareto)
 
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "results.csv")
@@ -264,9 +285,10 @@ def main(argv=None) -> int:
         "cache_dir": str(cache_dir.resolve().relative_to(ROOT)) if cache_dir.resolve().is_relative_to(ROOT) else str(cache_dir),
         "variants": {g: [{"label": v.label, "planner": v.planner, "options": v.opts, "default": v.default,
                           "objectives": list(v.objectives), "note": v.note} for v in GROUPS[g]["variants"]]
-                     for g in args.groups},
+                     for g in groups},
         "versions": runner.versions(),
         "git": git_state(),
+        "kept_groups": kept,
     }
     write_atomic(out / "seeds.json", json.dumps({"meta": meta, "analysis": analysis,
                                                 "rows": [public_row(r) | {"info": r["_info"]} for r in rows]},

@@ -325,6 +325,11 @@ def markdown(parts, meta, rows, analysis) -> str:
                + "." if meta.get("git") else "- Code: not a git checkout."),
               f"- Cache: `{meta['cache_dir']}` (not committed). Versions: " +
               ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v), ""]
+    for g, k in (meta.get("kept_groups") or {}).items():
+        lines[-1:-1] = [f"- Group {g}: not rerun by this invocation; its {k['runs']} rows are those recorded on "
+                        f"{k['date']} (git {k['git']}), taken from `{k['from']}` (`--keep-groups-from`). Their plans "
+                        "were not recorded, so the gaps of their plans outside the space are not computed "
+                        "('no covering bound recorded')."]
     lines += ["Variants (columns):", ""]
     for g, vs in meta["variants"].items():
         for v in vs:

@@ -112,6 +112,9 @@ def cell(cells: Cells, f, label, unit=ms):
         return st or "-"
     v = fmean(vals)
     text = unit(v)
+    if label in REFERENCE_LABELS:  # the reference column itself: what it proved
+        st = {r["status"] for r in rs}
+        return text + (" (optimal)" if st == {"optimal"} else f" ({'/'.join(sorted(st))})")
     if len(vals) > 1 and max(vals) - min(vals) > 1e-9 * abs(v):
         text += f" ± {unit(statistics.pstdev(vals)).strip()}"
     text += ref_text(rs)
