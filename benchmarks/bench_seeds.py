@@ -32,6 +32,15 @@ the cached heuristics and the new exact runs). ``--refresh`` deletes the cached 
 named variants first: the cache key holds the milp-planner version but not the code, so after
 changing a planner (same version) its old records must be refreshed by hand.
 
+Every group also runs ``dp-any``: ``dp`` on copies of its instances with every integer cut
+(splits ``any``). A baseline whose plan leaves the instance's space is measured against a proven
+value that holds for its plan (``seeds_refs``: the ``dp-any`` optimum or bound when it covers the
+plan, else the floor of ``formulations.floors``), never against the in-space optimum, so no gap
+is negative. ``--keep-groups-from SEEDS_JSON`` adds the groups this invocation does not run, as a
+recorded seeds.json holds them (seeds.md says which and from when)::
+
+    python benchmarks/bench_seeds.py --groups coopai,distredge --keep-groups-from benchmarks/results/seeds/seeds.json
+
 Outputs in ``--out`` (default ``benchmarks/results/seeds``): ``results.csv`` (the report's columns
 plus ``group`` and ``variant``), ``seeds.json`` (rows, analysis, AutoDiCE Pareto sets, machine,
 command) and ``seeds.md`` (tables, speed-ups against the papers' claims, notes).
@@ -41,7 +50,8 @@ command) and ``seeds.md`` (tables, speed-ups against the papers' claims, notes).
     python benchmarks/bench_seeds.py --render-only
 
 The modules beside this one: ``seeds_setup`` (groups, variants, the papers' claims),
-``seeds_tables`` (the groups' tables and figures), ``seeds_report`` (seeds.md, results.csv).
+``seeds_refs`` (the references of plans outside the space), ``seeds_tables`` (the groups' tables
+and figures), ``seeds_report`` (seeds.md, results.csv).
 """
 
 from __future__ import annotations
