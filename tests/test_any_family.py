@@ -14,6 +14,7 @@ from milp_planner.errors import PlannerError
 from milp_planner.instance import SearchSpace, load_instance
 from milp_planner.planners import get_planner
 from milp_planner.space import cuts
+from milp_planner.space.plan import Plan
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "instances" / "examples" / "tiny-2dev.yaml"
@@ -184,3 +185,47 @@ def test_report_rows_outside_the_space_are_measured_against_a_floor(narrow_optim
     assert mo["vs_in_space"] < 0  # below the certified in-space optimum ...
     assert mo["ref_kind"] == "floor" and 0 <= mo["gap"] < 1  # ... and its gap to a floor that holds for it
     assert mo["ref_value"] <= mo["value"]
+
+
+def test_seed_rows_outside_the_space_get_a_covering_reference(tmp_path):
+    """benchmarks/seeds_refs.py: the dp-any optimum where it holds for the plan, else the floor;
+    every gap >= 0, and a plan below the in-space optimum is flagged by vs_in_space."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from seeds_refs import attach_references
+
+    doc = yaml.safe_load(TINY.read_text())
+    doc["network"]["bandwidth_mbps"] = 1000
+    doc["search"] = {"fusion_limit": 1, "max_parts": 2, "splits": ["equal"], "axes": ["rows"]}
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(doc, sort_keys=False))
+    doc["search"]["splits"] = ["any"]
+    copy = tmp_path / "base-any.yaml"
+    copy.write_text(yaml.safe_dump(doc, sort_keys=False))
+    inst, inst_any = load_instance(base), load_instance(copy)
+    opt = get_planner("dp").solve(inst)
+    any_opt = get_planner("dp").solve(inst_any)
+    assert opt.status == any_opt.status == "optimal" and any_opt.value <= opt.value
+
+    def row(variant, res, f, exact):
+        m = res.metrics
+        return {"instance": "base", "instance_file": str(f), "base_file": str(base), "variant": variant,
+                "objective": "latency", "value": res.value, "bound": res.bound, "status": res.status,
+                "feasible": m.feasible, "in_space": m.in_space, "best_bound": opt.value, "certified": True,
+                "gap": 0.0 if exact else None, "_plan": res.plan.to_dict()}
+
+    rows = [row("dp", opt, base, True), row("dp-any", any_opt, copy, True)]
+    for name in ("modnn", "aofl", "coedge", "deepthings"):
+        rows.append(row(name, get_planner(name).solve(inst, time_limit=10), base, False))
+    attach_references(rows, tmp_path)
+    assert rows[0]["ref_kind"] == "in-space optimum" and rows[1]["ref_kind"] is None
+    outside = [r for r in rows[2:] if r["in_space"] is False]
+    assert outside, "no baseline left the space: the test checks nothing"
+    assert {r["ref_kind"] for r in outside} == {"any-cut optimum", "floor"}  # both paths are taken here
+    for r in outside:
+        assert r["ref_kind"] in ("any-cut optimum", "floor") and r["ref_gap"] >= 0
+        assert r["ref_value"] <= r["value"]
+        plan = Plan.from_dict(r["_plan"])
+        if not cuts.out_of_space(plan, inst_any) and r["feasible"]:
+            assert r["ref_kind"] == "any-cut optimum" and r["ref_value"] == any_opt.value
