@@ -32,6 +32,15 @@ the cached heuristics and the new exact runs). ``--refresh`` deletes the cached 
 named variants first: the cache key holds the milp-planner version but not the code, so after
 changing a planner (same version) its old records must be refreshed by hand.
 
+Every group also runs ``dp-any``: ``dp`` on copies of its instances with every integer cut
+(splits ``any``). A baseline whose plan leaves the instance's space is measured against a proven
+value that holds for its plan (``seeds_refs``: the ``dp-any`` optimum or bound when it covers the
+plan, else the floor of ``formulations.floors``), never against the in-space optimum, so no gap
+is negative. ``--keep-groups-from SEEDS_JSON`` adds the groups this invocation does not run, as a
+recorded seeds.json holds them (seeds.md says which and from when)::
+
+    python benchmarks/bench_seeds.py --groups coopai,distredge --keep-groups-from benchmarks/results/seeds/seeds.json
+
 Outputs in ``--out`` (default ``benchmarks/results/seeds``): ``results.csv`` (the report's columns
 plus ``group`` and ``variant``), ``seeds.json`` (rows, analysis, AutoDiCE Pareto sets, machine,
 command) and ``seeds.md`` (tables, speed-ups against the papers' claims, notes).
@@ -41,7 +50,8 @@ command) and ``seeds.md`` (tables, speed-ups against the papers' claims, notes).
     python benchmarks/bench_seeds.py --render-only
 
 The modules beside this one: ``seeds_setup`` (groups, variants, the papers' claims),
-``seeds_tables`` (the groups' tables and figures), ``seeds_report`` (seeds.md, results.csv).
+``seeds_refs`` (the references of plans outside the space), ``seeds_tables`` (the groups' tables
+and figures), ``seeds_report`` (seeds.md, results.csv).
 """
 
 from __future__ import annotations
@@ -62,7 +72,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from milp_planner.io import write_atomic  # noqa: E402
 from seeds_report import markdown, public_row, write_csv  # noqa: E402
-from seeds_setup import GROUPS, Variant, is_exact, objective_copy  # noqa: E402
+from seeds_setup import GROUPS, Variant, any_cuts_copy, is_exact, objective_copy  # noqa: E402
+from seeds_refs import attach_references, in_space_references  # noqa: E402
 from seeds_tables import (Cells, analyse_autodice, analyse_coopai, analyse_distredge, autodice_files,  # noqa: E402
                           pareto_entries)
 
@@ -75,6 +86,7 @@ class Job:
     variant: Variant
     task: object  # runner.Task
     run: bool
+    base: Path  # the instance file in instances/ the task's (possibly copied) file comes from
 
 
 def make_jobs(args, cache_dir: Path) -> list[Job]:
@@ -94,6 +106,10 @@ def make_jobs(args, cache_dir: Path) -> list[Job]:
                 continue
             run = v.label in run_labels if run_labels is not None else v.default
             paths = [objective_copy(f, obj, cache_dir) for obj in v.objectives for f in files]
+            bases = list(paths)  # an any-cut copy belongs to the instance it copies
+            if v.any_cuts:
+                paths = [any_cuts_copy(p, cache_dir) for p in paths]
+            base_of = {p.resolve(): b for p, b in zip(paths, bases)}
             insts = []
             for p in paths:
                 if p not in loaded:
@@ -104,7 +120,7 @@ def make_jobs(args, cache_dir: Path) -> list[Job]:
             tl = args.exact_time_limit if is_exact(v.planner) else args.time_limit
             opts = {v.planner: v.opts} if v.options else None
             for t in runner.make_tasks(insts, [v.planner], time_limit=tl, repeats=args.repeats, options=opts):
-                jobs.append(Job(g, v, t, run))
+                jobs.append(Job(g, v, t, run, base_of[Path(t.instance_path).resolve()]))
     return jobs
 
 
@@ -161,6 +177,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--cache", default=None, help="run cache (default OUT/.cache/runs; not committed)")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--keep-groups-from", default=None, metavar="SEEDS_JSON",
+                    help="add the groups of a recorded seeds.json that this invocation does not run (their rows "
+                         "and AutoDiCE Pareto sets as recorded; seeds.md says which groups and from when)")
     ap.add_argument("--render-only", nargs="?", const="", default=None, metavar="SEEDS_JSON",
                     help="run nothing: redraw seeds.md in --out from a recorded seeds.json (default: OUT/seeds.json)")
     args = ap.parse_args(argv)
@@ -227,10 +246,30 @@ def main(argv=None) -> int:
         r["_info"] = {k: info[k] for k in ("episodes_done", "stopped_by_time_limit", "evaluations") if k in info}
         r["instance_file"] = str(Path(r["instance_file"]).resolve().relative_to(ROOT)) \
             if Path(r["instance_file"]).resolve().is_relative_to(ROOT) else r["instance_file"]
+        r["base_file"] = str(j.base.resolve().relative_to(ROOT))
+    attach_references(rows, ROOT)
+    groups, kept = list(args.groups), {}
+    pareto = None
+    if args.keep_groups_from:
+        old = json.loads(Path(args.keep_groups_from).read_text())
+        for g in old["analysis"]:
+            if g in groups or g not in GROUPS:
+                continue
+            old_rows = [dict(r, _exact=r["kind"] == "exact", _info=r.get("info") or {}, _metrics=None, _plan=None,
+                             cached=True) for r in old["rows"] if r["group"] == g]
+            in_space_references(old_rows)
+            rows += old_rows
+            groups.append(g)
+            if g == "autodice":
+                pareto = old["analysis"]["autodice"].get("pareto", {})
+            kept[g] = {"date": old["meta"]["machine"].get("date"), "git": (old["meta"].get("git") or {}).get("head"),
+                       "runs": len(old_rows), "from": str(args.keep_groups_from)}
+        groups = [g for g in GROUPS if g in groups]
     cells = Cells(rows)
 
-    md_parts, analysis = analyse(args.groups, rows, cells,
-                                 pareto_entries(cells, autodice_files(rows, cells), records))
+    if pareto is None:
+        pareto = pareto_entries(cells, autodice_files(rows, cells), records)
+    md_parts, analysis = analyse(groups, rows, cells, pareto)
 
     out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "results.csv")
@@ -256,9 +295,10 @@ def main(argv=None) -> int:
         "cache_dir": str(cache_dir.resolve().relative_to(ROOT)) if cache_dir.resolve().is_relative_to(ROOT) else str(cache_dir),
         "variants": {g: [{"label": v.label, "planner": v.planner, "options": v.opts, "default": v.default,
                           "objectives": list(v.objectives), "note": v.note} for v in GROUPS[g]["variants"]]
-                     for g in args.groups},
+                     for g in groups},
         "versions": runner.versions(),
         "git": git_state(),
+        "kept_groups": kept,
     }
     write_atomic(out / "seeds.json", json.dumps({"meta": meta, "analysis": analysis,
                                                 "rows": [public_row(r) | {"info": r["_info"]} for r in rows]},
@@ -294,6 +334,7 @@ def render_only(results: Path, out: Path, groups) -> int:
     except (OSError, ValueError) as e:
         raise SystemExit(f"{results}: cannot read the recorded results ({e})")
     rows = [dict(r, _exact=r["kind"] == "exact", _info=r.get("info") or {}, _metrics=None) for r in data["rows"]]
+    in_space_references(rows)  # results recorded before the reference columns existed
     pareto = data["analysis"].get("autodice", {}).get("pareto", {})
     md_parts, analysis = analyse(groups, rows, Cells(rows), pareto)
     out.mkdir(parents=True, exist_ok=True)

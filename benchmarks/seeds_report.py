@@ -10,6 +10,7 @@ import io
 from pathlib import Path
 
 from milp_planner.io import write_atomic
+from seeds_refs import REF_COLUMNS
 from seeds_setup import AUTODICE_FIG7, AUTODICE_TABLE2, DIAPASON_CLAIMS
 
 
@@ -65,8 +66,8 @@ def _span(xs, fmt) -> str:
 def _coopai_figures(a, rows) -> list[str]:
     """The figures behind the CoopAI verdicts, from the rows and the speed-ups."""
     out = []
-    gaps = [r["gap"] for r in rows if r["group"] == "coopai" and r["variant"] == "coopai" and r["certified"]
-            and r["gap"] is not None]
+    gaps = [r["ref_gap"] for r in rows if r["group"] == "coopai" and r["variant"] == "coopai" and r["certified"]
+            and r.get("ref_kind") == "in-space optimum"]
     if gaps:
         out.append(f"- Our `coopai` (an exact DP over DIAPASON's own menu of partition and fusion opportunities) is "
                    f"within {max(gaps) * 100:.1f} % of the certified optimum on the {len(gaps)} instances where one is "
@@ -102,12 +103,21 @@ def _distredge_figures(b) -> list[str]:
     out = []
 
     def aofl_gaps(kind):
-        return ", ".join(f"{e['instance'].replace('vgg16-', '')} {(e['aofl_ms'] - e['best_bound_ms']) / e['aofl_ms'] * 100:+.1f} %"
-                         for e in sp if e["certified"] and e["aofl_ms"] and e["instance"].endswith(kind))
+        parts = []
+        for e in sp:
+            if not (e["certified"] and e.get("aofl_ref_gap") is not None and e["instance"].endswith(kind)):
+                continue
+            text = f"{e['instance'].replace('vgg16-', '')} +{e['aofl_ref_gap'] * 100:.1f} %"
+            if e["aofl_ref_kind"] != "in-space optimum":
+                text += f" vs the {e['aofl_ref_kind']}"
+                if e.get("aofl_vs_in_space") is not None and e["aofl_vs_in_space"] < 0:
+                    text += f" ({-e['aofl_vs_in_space'] * 100:.1f} % below the in-space optimum)"
+            parts.append(text)
+        return ", ".join(parts)
     for kind, name in (("nano", "Jetson Nano"), ("xavier", "Xavier")):
         if aofl_gaps(kind):
-            out.append(f"- AOFL's gap to the certified optimum on the {name} groups: {aofl_gaps(kind)} (a negative gap "
-                       "is a plan outside the space beating the optimum of the space).")
+            out.append(f"- AOFL's gap on the {name} groups, to the certified optimum when its plan is in the space, "
+                       f"else to the best proven value over a space that holds its plan: {aofl_gaps(kind)}.")
     both = [e for e in sp if e["distredge_ms"] and e["distredge-lcpss_ms"]]
     if both:
         n_lose = sum(1 for e in both if e["distredge_ms"] > e["distredge-lcpss_ms"])
@@ -133,7 +143,7 @@ def _exact_figures(rows) -> list[str]:
     """Which instances an exact planner certified (and how fast), and which none did."""
     out = []
     for g in ("coopai", "distredge", "autodice"):
-        mine = [r for r in rows if r["group"] == g and r["objective"] == "latency"]
+        mine = [r for r in rows if r["group"] == g and r["objective"] == "latency" and r["variant"] != "dp-any"]
         if not mine:
             continue
         files = list(dict.fromkeys(r["instance"] for r in mine))
@@ -247,7 +257,7 @@ def discussion(analysis, rows=()) -> list[str]:
     return md
 
 
-CSV_EXTRA = ("group", "variant", "variant_options")
+CSV_EXTRA = ("group", "variant", "variant_options", *REF_COLUMNS)
 
 
 def write_csv(rows, path: Path):
@@ -276,12 +286,21 @@ def markdown(parts, meta, rows, analysis) -> str:
              "(docs/model.md section 4) on the instance files in `instances/`, whose comments state what was "
              "taken from each paper and what was assumed; the papers measured real boards or used their own "
              "simulators, so only trends and ratios are comparable, never absolute times.", "",
-             "Legend for the tables: value (gap to the best proven bound). 'certified': an exact planner "
-             "proved the optimum of the instance's plan space. A negative gap means a plan outside that space "
-             "(the baselines may fuse deeper, split unevenly or use every device) beats the certified optimum "
-             "of the space. † plan outside the space; ⏱ a run stopped at its time limit (an exact one without "
+             "Legend for the tables: value (gap). 'certified': an exact planner proved the optimum of the "
+             "instance's plan space. A gap is always to a proven value that holds for the plan, so it is never "
+             "negative: for a plan inside the space, the best in-space bound ('best bound', the certified "
+             "optimum where there is one); for a plan outside it (the baselines may cut anywhere, fuse deeper, "
+             "use more parts or the channel axis) or one that breaks a cap, the largest of the `dp-any` "
+             "column (dp over every integer cut: 'any-cut opt.' where it certified, 'any-cut bound' otherwise; "
+             "it holds for plans within the instance's fusion_limit, max_parts and axes) and the "
+             "floor of formulations/floors.py over the smallest space with every cut that holds the plan "
+             "('floor'), as the bracket names. The floor leaves out communication, so on slow networks it "
+             "is far below any plan and its gaps say little beyond 'not negative'. A plan outside the space "
+             "that beats the in-space optimum (or bound) says by how much ('below the in-space optimum'); 'no covering bound recorded': no proven value that "
+             "holds for that plan was recorded. † plan outside the space; ⏱ a run stopped at its time limit (an exact one without "
              "a plan shows `timeout`); ✗ infeasible or crashed; n/r: not run. Values of seeded planners are "
-             "means over seeds ± their standard deviation.", ""]
+             "means over seeds ± their standard deviation. docs/reports.md ('Baselines outside the space') "
+             "states what each reference proves.", ""]
     budget = meta["budget"]
     lines += ["## Run", "",
               f"- Command: `{meta['command']}`",
@@ -307,6 +326,11 @@ def markdown(parts, meta, rows, analysis) -> str:
                + "." if meta.get("git") else "- Code: not a git checkout."),
               f"- Cache: `{meta['cache_dir']}` (not committed). Versions: " +
               ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v), ""]
+    for g, k in (meta.get("kept_groups") or {}).items():
+        lines[-1:-1] = [f"- Group {g}: not rerun by this invocation; its {k['runs']} rows are those recorded on "
+                        f"{k['date']} (git {k['git']}), taken from `{k['from']}` (`--keep-groups-from`). Their plans "
+                        "were not recorded, so the gaps of their plans outside the space are not computed "
+                        "('no covering bound recorded')."]
     lines += ["Variants (columns):", ""]
     for g, vs in meta["variants"].items():
         for v in vs:

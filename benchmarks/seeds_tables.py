@@ -27,7 +27,41 @@ def gap_text(g):
     if abs(g) < 5e-5:
         return "0 %"
     d = 2 if abs(g) < 0.01 else 1
-    return f"{g * 100:.{d}f} %" if g > 0 else f"{g * 100:.{d}f} %, out of space"
+    return f"{g * 100:.{d}f} %"
+
+
+REF_SHORT = {"any-cut optimum": "any-cut opt.", "any-cut bound": "any-cut bound", "floor": "floor"}
+
+
+def ref_text(rs) -> str:
+    """The bracket of a cell: the gap to a proven value that holds for the plan, never negative.
+
+    In-space plans: the gap to the best in-space bound. Plans outside the space (or breaking a
+    cap): the gap to the reference of benchmarks/seeds_refs.py, named, and by how much the plan
+    beats the in-space optimum when it does."""
+    with_ref = [r for r in rs if r.get("ref_gap") is not None]
+    if not with_ref:
+        out = [r for r in rs if r["value"] is not None and (r["in_space"] is False or not r["feasible"])]
+        return " (no covering bound recorded)" if out else ""
+    kinds = sorted({r["ref_kind"] for r in with_ref})
+    g = fmean([r["ref_gap"] for r in with_ref])
+    text = gap_text(g)
+    named = [REF_SHORT[k] for k in kinds if k in REF_SHORT]
+    if named:
+        text += " vs " + "/".join(named)
+    beat = [r["vs_in_space"] for r in with_ref if r.get("vs_in_space") is not None and r["vs_in_space"] < -5e-5]
+    if beat:
+        what = "optimum" if all(r["certified"] for r in with_ref) else "bound"
+        text += f"; {-fmean(beat) * 100:.1f} % below the in-space {what}"
+    return f" ({text})"
+
+
+REFERENCE_LABELS = {v.label for g in GROUPS.values() for v in g["variants"] if v.reference}
+
+
+def file_of(r) -> str:
+    """The instance file a row belongs to: the one in instances/ its copy (if any) was made from."""
+    return r.get("base_file") or r["instance_file"]
 
 
 class Cells:
@@ -37,7 +71,7 @@ class Cells:
         self.rows = rows
         self.by = {}
         for r in rows:
-            self.by.setdefault((r["instance_file"], r["variant"]), []).append(r)
+            self.by.setdefault((file_of(r), r["variant"]), []).append(r)
 
     def get(self, f, label):
         return self.by.get((f, label), [])
@@ -61,8 +95,10 @@ class Cells:
         return all(r["in_space"] for r in rs) if rs else None
 
     def first(self, f):
-        for (ff, _), rs in self.by.items():
-            if ff == f:
+        """A row of instance ``f`` from the instance itself (not a reference copy): it carries the
+        instance's best in-space bound and whether it is certified."""
+        for (ff, lab), rs in self.by.items():
+            if ff == f and lab not in REFERENCE_LABELS:
                 return rs[0]
         return None
 
@@ -77,12 +113,13 @@ def cell(cells: Cells, f, label, unit=ms):
         return st or "-"
     v = fmean(vals)
     text = unit(v)
+    if label in REFERENCE_LABELS:  # the reference column itself: what it proved
+        st = {r["status"] for r in rs}
+        return text + (" (optimal)" if st == {"optimal"} else f" ({'/'.join(sorted(st))})")
     if len(vals) > 1 and max(vals) - min(vals) > 1e-9 * abs(v):
         text += f" ± {unit(statistics.pstdev(vals)).strip()}"
-    g = fmean([r["gap"] for r in rs if r["gap"] is not None])
-    if g is not None:
-        text += f" ({gap_text(g)})" if abs(g) >= 5e-5 else " (0 %)"
-    if cells.in_space(f, label) is False and not (g is not None and g < 0):
+    text += ref_text(rs)
+    if cells.in_space(f, label) is False:
         text += " †"
     if any(r["status"] == "timeout" for r in rs):
         text += " ⏱"
@@ -124,8 +161,8 @@ def distinct_notes(cells: Cells, files) -> list[str]:
 def inst_files(rows, group):
     seen = []
     for r in rows:
-        if r["group"] == group and r["instance_file"] not in seen:
-            seen.append(r["instance_file"])
+        if r["group"] == group and file_of(r) not in seen:
+            seen.append(file_of(r))
     return seen
 
 
@@ -263,7 +300,11 @@ def analyse_distredge(rows, cells) -> tuple[list[str], dict]:
         ent["best_baseline"] = best_b
         ent["best_baseline_ms"] = base_vals.get(best_b) if best_b else None
         ent["aofl_ms"] = base_vals.get("aofl")
-        all_vals = [r["value"] for r in rows if r["instance_file"] == f and r["value"] is not None and r["feasible"]]
+        aofl = [r for r in cells.get(f, "aofl") if r.get("ref_gap") is not None]
+        ent["aofl_ref_gap"] = fmean([r["ref_gap"] for r in aofl])
+        ent["aofl_ref_kind"] = "/".join(sorted({r["ref_kind"] for r in aofl})) or None
+        ent["aofl_vs_in_space"] = fmean([r.get("vs_in_space") for r in aofl])
+        all_vals = [r["value"] for r in rows if file_of(r) == f and r["value"] is not None and r["feasible"]]
         ent["best_found_ms"] = min(all_vals) if all_vals else None
         for who in ("distredge", "distredge-lcpss"):
             t = cells.value(f, who)

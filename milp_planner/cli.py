@@ -158,9 +158,12 @@ def cmd_solve(args) -> int:
             if not args.quiet and not args.json:
                 print(f"comparing with {name} ...", file=sys.stderr, flush=True)
 
+        exact = planner.exact and result.plan is not None
         baselines = run_baselines(inst, compare, result.value if result.plan is not None else None, objective,
                                   time_limit=compare_limit, threads=args.threads, seed=args.seed,
-                                  progress=announce)
+                                  progress=announce, bound=result.bound if exact else None,
+                                  certified=exact and result.status == "optimal",
+                                  exact_planner=args.planner if planner.exact else None)
     if args.json:
         out = result.to_dict()
         out["bound_source"] = bound_source(result)

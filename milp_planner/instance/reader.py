@@ -694,11 +694,11 @@ def _search(ctx: _Ctx, value: Any, n_devices: int) -> SearchSpace:
     max_parts = _int(ctx, "search.max_parts", s.get("max_parts", n_devices), minimum=1)
     splits = _string_list(ctx, "search.splits", s.get("splits", ["equal"]))
     for i, sp in enumerate(splits):
-        if sp in ("equal", "capacity"):
+        if sp in ("equal", "capacity", "any"):
             continue
         m = re.fullmatch(r"grid:(\d+)", sp)
         if not m:
-            raise ctx.fail(f"search.splits[{i}]", f"unknown split {sp!r} (known: equal, capacity, grid:G)")
+            raise ctx.fail(f"search.splits[{i}]", f"unknown split {sp!r} (known: equal, capacity, grid:G, any)")
         if int(m.group(1)) < 2:
             raise ctx.fail(f"search.splits[{i}]", f"grid:G needs an integer G >= 2 (got {sp!r})")
         splits[i] = f"grid:{int(m.group(1))}"

@@ -21,7 +21,7 @@ AXES = ("rows", "channels")
 class SearchSpace:
     fusion_limit: int = 1
     max_parts: int = 1
-    splits: tuple[str, ...] = ("equal",)  # "equal", "capacity", "grid:G"
+    splits: tuple[str, ...] = ("equal",)  # "equal", "capacity", "grid:G", "any" (every cut)
     axes: tuple[str, ...] = ("rows",)
 
 

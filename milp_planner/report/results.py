@@ -5,7 +5,14 @@ Gap rules (also in docs/reports.md):
 - An instance's *best bound* is the largest lower bound certified by an exact planner for the
   instance's objective: its ``bound``, or its value when it reports ``optimal`` without one.
   Planners that are not exact never contribute a bound.
-- ``gap = (value - best_bound) / value`` (0 when value is 0); empty without a best bound.
+- ``gap = (value - reference) / value`` (0 when value is 0), where the reference is a proven
+  value that holds for the row's plan, so the gap is never negative. For a feasible plan inside
+  the instance's search space it is the best bound (``ref_kind`` ``in-space optimum`` or
+  ``in-space bound``). A plan outside the space, or one that breaks a cap, is not covered by
+  the in-space bound: its reference is the floor of ``formulations.floors`` over the smallest
+  space with every integer cut that holds the plan (``ref_kind`` ``floor``;
+  ``milp_planner.report.baselines``). ``vs_in_space`` keeps (value - best_bound) / value,
+  negative when such a plan beats the in-space optimum. Empty without a reference.
 - ``certified`` is true for every row of an instance on which some exact planner reported
   ``optimal``.
 - ``gap_to_best_known = (value - best) / value`` where ``best`` is the smallest value of a
@@ -27,7 +34,7 @@ VERSION_COLUMNS = ("milp_planner", "python", "highspy", "ortools", "torch", "num
 COLUMNS = (
     "instance", "instance_file", "planner", "kind", "seed", "objective", "value",
     *METRICS,
-    "bound", "best_bound", "gap", "gap_to_best_known", "certified",
+    "bound", "best_bound", "gap", "ref_kind", "ref_value", "vs_in_space", "gap_to_best_known", "certified",
     "status", "runtime_s", "solve_time_s", "time_limit_s", "killed", "cached", "error", "message",
     *(f"{v}_version" for v in VERSION_COLUMNS),
     "host", "key",
@@ -96,8 +103,11 @@ def build_rows(records: list[dict]) -> list[dict]:
     return rows
 
 
-def fill_gaps(rows: list[dict]) -> None:
-    """Set best_bound, gap, gap_to_best_known and certified on every row, instance by instance."""
+def fill_gaps(rows: list[dict], instances: dict | None = None) -> None:
+    """Set best_bound, gap (with ref_kind, ref_value, vs_in_space), gap_to_best_known and
+    certified on every row, instance by instance. ``instances``: loaded ``Instance`` per
+    ``instance_file`` (others are loaded from the file when a floor is needed)."""
+    floors = _Floors(instances)
     by_inst: dict[tuple, list[dict]] = {}
     for r in rows:
         by_inst.setdefault((r["instance_file"], r["objective"]), []).append(r)
@@ -119,8 +129,48 @@ def fill_gaps(rows: list[dict]) -> None:
         for r in group:
             r["best_bound"] = best_bound
             r["certified"] = certified
-            r["gap"] = _rel_gap(r["value"], best_bound)
             r["gap_to_best_known"] = _rel_gap(r["value"], best_known)
+            r["vs_in_space"] = _rel_gap(r["value"], best_bound)
+            r["gap"] = r["ref_kind"] = r["ref_value"] = None
+            if r["value"] is None:
+                continue
+            if r["in_space"] is not False and r["feasible"] is not False:
+                if best_bound is not None:
+                    r["ref_kind"] = "in-space optimum" if certified else "in-space bound"
+                    r["ref_value"], r["gap"] = best_bound, r["vs_in_space"]
+                continue
+            ref = floors.get(r)
+            if ref is not None:
+                r["ref_kind"], r["ref_value"] = ref.kind, ref.value
+                r["gap"] = _rel_gap(r["value"], ref.value)
+                if r["gap"] < 0:
+                    raise AssertionError(f"{r['instance']} / {r['planner']}: value {r['value']!r} below the "
+                                         f"{ref.kind} {ref.value!r} of a space that holds its plan")
+
+
+class _Floors:
+    """The floor reference of a row's plan outside the space (instances loaded once)."""
+
+    def __init__(self, instances: dict | None = None):
+        self.instances: dict[str, object] = dict(instances or {})
+        self.refs: dict[tuple, object] = {}
+
+    def get(self, r: dict):
+        from milp_planner.instance import load_instance
+        from milp_planner.report.baselines import enclosing_space, floor_reference
+        from milp_planner.space.plan import Plan
+
+        if not r.get("_plan") or not r.get("instance_file"):
+            return None
+        f = r["instance_file"]
+        if f not in self.instances:
+            self.instances[f] = load_instance(f)
+        inst = self.instances[f]
+        space = enclosing_space(inst.search, Plan.from_dict(r["_plan"]), len(inst.devices))
+        key = (f, r["objective"], space)
+        if key not in self.refs:
+            self.refs[key] = floor_reference(inst, r["objective"], space)
+        return self.refs[key]
 
 
 def _csv_value(x):
@@ -159,6 +209,8 @@ class Cell:
     statuses: list[str] = field(default_factory=list)
     infeasible: int = 0
     out_of_space: int = 0
+    references: set = field(default_factory=set)  # ref_kind of the gaps not to the in-space bound
+    beats_in_space: int = 0  # runs outside the space (or over a cap) below the in-space optimum
 
     @property
     def gap_mean(self):
@@ -209,6 +261,11 @@ def summarize(rows: list[dict]):
             gap = r["gap"] if proven else r["gap_to_best_known"]
             if gap is not None:
                 c.gaps.append(gap)
+                if proven and r.get("ref_kind") and not r["ref_kind"].startswith("in-space"):
+                    c.references.add(r["ref_kind"])
+            if proven and r.get("vs_in_space") is not None and r["vs_in_space"] < 0 and (
+                    r["in_space"] is False or not r["feasible"]):
+                c.beats_in_space += 1
             if r["value"] is not None:
                 c.values.append(r["value"])
                 if not r["feasible"]:
@@ -248,6 +305,11 @@ def cell_text(c: Cell | None) -> str:
         notes.append(f"{c.infeasible} infeasible")
     if c.out_of_space:
         notes.append("out of space" if c.out_of_space == len(c.values) == 1 else f"{c.out_of_space} out of space")
+    if c.references:
+        notes.append("vs " + "/".join(sorted(c.references)))
+    if c.beats_in_space:
+        notes.append("below the in-space optimum" if c.beats_in_space == c.runs == 1
+                     else f"{c.beats_in_space} below the in-space optimum")
     if notes:
         text += f" ({', '.join(notes)})"
     return text

@@ -273,28 +273,42 @@ def render_certificate(result, inst: Instance) -> None:
 
 
 def render_baselines(baselines, result, time_limit: float | None) -> None:
-    """Each baseline's objective and how far it is from the result (+x %)."""
+    """Each baseline's objective and its gap to a proven value that holds for its plan (never
+    negative), with what that value is; a plan outside the space that beats the in-space result
+    says so. After a heuristic (no bound), the plain difference to its plan."""
     if not baselines:
         return
     c = _console()
-    ref = "the certified optimum" if result.status == "optimal" else f"{escape(result.planner)}'s plan"
+    proven = result.status == "optimal" or result.bound is not None
+    ref = ("the certified optimum" if result.status == "optimal" else
+           "the proven bound" if result.bound is not None else f"{escape(result.planner)}'s plan")
     limit = "" if time_limit is None else f", {time_limit:g} s each"
-    c.print(f"[bold]baselines[/bold] (same instance and evaluator{limit}; vs {ref})")
+    c.print(f"[bold]baselines[/bold] (same instance and evaluator{limit}; vs {ref}"
+            + (" or a bound for the plan)" if proven else ")"))
     t = Table(box=None, pad_edge=False, show_header=False)
     for just in ("left", "right", "right", "left"):
         t.add_column(justify=just)
     for b in baselines:
-        vs = "-" if b.vs_reference is None else f"{b.vs_reference * 100:+.1f} %"
         notes = []
+        if b.reference is not None:
+            vs = f"{b.vs_reference * 100:+.1f} %"
+            notes.append(f"vs {b.reference.kind}")
+        elif b.vs_in_space is not None and not proven:
+            vs = f"{b.vs_in_space * 100:+.1f} %"
+        else:
+            vs = "-"
+            if b.value is not None:
+                notes.append("no bound holds for it")
         if b.status not in ("feasible", "optimal"):
             notes.append(b.status + (f": {b.message}" if b.message else ""))
         if b.feasible is False:
             notes.append("breaks a cap")
         if b.in_space is False:
-            notes.append("outside the search space")
+            beat = proven and b.vs_in_space is not None and b.vs_in_space < 0
+            notes.append("outside the search space" + (f", {-b.vs_in_space * 100:.1f} % below {ref}" if beat else ""))
         t.add_row(f"  {escape(b.planner)}", fmt_objective(result.objective, b.value), vs, escape("; ".join(notes)))
     c.print(t)
-    c.print("  [dim]sources: milp-planner planners; docs/planners.md[/dim]")
+    c.print("  [dim]sources: milp-planner planners; docs/planners.md; references: docs/reports.md[/dim]")
 
 
 def render_result(result, inst: Instance, baselines=(), detail: bool = False,

@@ -2,7 +2,8 @@
 
 ``cut_vectors(instance, n, k)`` lists the interior cut points a stage with ``n`` rows (or
 channels) may use with ``k`` parts; ``out_of_space(plan, instance)`` says why a valid plan lies
-outside the space (empty list when inside). Device speeds for the ``capacity`` family are
+outside the space (empty list when inside). The family ``any`` holds every integer cut (every
+row or channel boundary); it contains every other family. Device speeds for the ``capacity`` family are
 exact rationals, so the rounding is the same everywhere.
 
 The enumeration is capped (``MAX_CUT_VECTORS`` per stage extent and part count: a larger
@@ -141,6 +142,8 @@ def _cut_vectors(splits, spd, n: int, k: int, max_parts: int, *, deadline: float
         return ((),)
     if k > max_parts or k > n:
         return ()
+    if "any" in splits:  # every other family is a subset of it
+        splits = ("any",)
     found: dict[Cuts, None] = {}
     steps = 0
 
@@ -160,12 +163,13 @@ def _cut_vectors(splits, spd, n: int, k: int, max_parts: int, *, deadline: float
             for order in speed_orders(spd, k):
                 tick()
                 found[capacity_cuts(n, list(order))] = None
-        elif family.startswith("grid:"):
-            g = int(family.split(":", 1)[1])
-            points = grid_points(n, g)
+        elif family == "any" or family.startswith("grid:"):
+            points = range(1, n) if family == "any" else grid_points(n, int(family.split(":", 1)[1]))
             count = comb(len(points), k - 1)
             if count > MAX_CUT_VECTORS:
-                raise _too_many(where, family, count, n, k, "use a coarser grid or lower search.max_parts")
+                fix = ("use grid:G with a smaller G, equal or capacity splits, or lower search.max_parts"
+                       if family == "any" else "use a coarser grid or lower search.max_parts")
+                raise _too_many(where, family, count, n, k, fix)
             for subset in combinations(points, k - 1):
                 tick()
                 found[tuple(subset)] = None
@@ -174,12 +178,15 @@ def _cut_vectors(splits, spd, n: int, k: int, max_parts: int, *, deadline: float
 
 def cuts_in_space(instance: Instance, n: int, cuts: Cuts) -> bool:
     """Whether one split family of the instance gives ``cuts`` for ``len(cuts) + 1`` parts of
-    ``n`` rows; a grid is checked point by point, without listing its vectors."""
+    ``n`` rows; ``any`` holds every valid vector, and a grid is checked point by point, both
+    without listing vectors."""
     k = len(cuts) + 1
     if not _valid(cuts, n) or k > n:
         return False
     sp = instance.search
     for family in sp.splits:
+        if family == "any":
+            return True
         if family.startswith("grid:"):
             points = grid_points(n, int(family.split(":", 1)[1]))
             if all(c in points for c in cuts):
