@@ -21,6 +21,7 @@ from formulations.caps import Fixing
 from formulations.certificate import Exploration, GraphSolve, SpaceTimeout
 from formulations.relaxation import layout_bounds
 from formulations.stagegraph import SpaceTooLarge, StageGraph, build_stage_graph
+from formulations.symmetry import reduction_for
 from formulations.warmstart import WarmStart
 
 from milp_planner.errors import PlannerError
@@ -40,6 +41,7 @@ class RoundSettings:
     delta: float = 0.0025
     round_budget: int = 60_000
     growth: float = 0.002
+    symmetry: bool = True  # plans equal up to exchanging interchangeable devices are one plan
 
 
 class RoundContext(Protocol):
@@ -75,7 +77,8 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
     deadline = None if ctx.time_limit is None else ctx.started + ctx.time_limit
     bounded = settings.bounded
     try:
-        bounds = layout_bounds(instance, obj, deadline=deadline, max_options=settings.max_options) if bounded else None
+        bounds = layout_bounds(instance, obj, deadline=deadline, max_options=settings.max_options,
+                               symmetry=settings.symmetry) if bounded else None
     except TimeoutError:
         raise SpaceTimeout(None) from None
     lower = float(bounds.to_go[0].min()) if bounded else None
@@ -100,7 +103,8 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
             sg = build_stage_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
                                    deadline=deadline, objective=obj if bounded else "latency",
                                    upper=upper if math.isfinite(upper) else None, drop_overflow=True,
-                                   bounds=bounds, memo=memo)
+                                   bounds=bounds, memo=memo,
+                                   reduction=reduction_for(instance, obj, settings.symmetry))
         except TimeoutError:
             if best is None:
                 raise SpaceTimeout(lower) from None
