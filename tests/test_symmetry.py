@@ -249,3 +249,32 @@ def test_brute_force_agrees_on_a_typed_fleet(objective):
         res = get_planner(planner).solve(inst, objective=objective)
         assert res.status == "optimal", (planner, res.message)
         assert res.value == pytest.approx(ref.value, abs=1e-6 * ref.value + res.info.get("tolerance", 0.0))
+
+
+@pytest.mark.parametrize("reduction", ["free", "first-use"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_bounded_enumeration_with_types_loses_no_arc_within_the_bound(case, reduction):
+    """The type-level filter (each part on the cheapest device of its orbit) and the lazy
+    expansion keep every arc of every plan within the bound, as the whole reduced graph has."""
+    import math
+
+    from formulations.dp import arc_cost, prefix_suffix, shortest_path, terminal_cost
+
+    inst = small(case)
+    for objective in ("latency", "energy"):
+        bounds = layout_bounds(inst, objective)
+        full = build_stage_graph(inst, objective=objective, bounds=bounds, reduction=reduction)
+        cost, term = arc_cost(full, objective), terminal_cost(full, objective)
+        _, opt = shortest_path(full, objective)
+        pre, suf = prefix_suffix(full, cost, term)
+        keys = lambda sg, keep=None: {(sg.nodes[a.tail], a.option, sg.nodes[a.head])  # noqa: E731
+                                      for i, a in enumerate(sg.arcs) if keep is None or i in keep}
+        for factor in (1.0, 1.05, 1.5):
+            upper = opt * factor
+            sg = build_stage_graph(inst, objective=objective, upper=upper, bounds=bounds, reduction=reduction)
+            within = {i for i, a in enumerate(full.arcs) if pre[a.tail] + cost[i] + suf[a.head] <= upper * (1 + 1e-9)}
+            assert keys(full, within) <= keys(sg)
+            assert shortest_path(sg, objective)[1] == pytest.approx(opt, rel=1e-9)
+            left_out = [pre[a.tail] + cost[i] + suf[a.head] for i, a in enumerate(full.arcs) if i not in within]
+            if left_out and math.isfinite(sg.outside):
+                assert min(left_out) >= sg.outside * (1 - 1e-9)
