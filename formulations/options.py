@@ -89,7 +89,7 @@ def _check_count(instance: Instance, first: int, last: int, layouts: list, max_o
     if max_options is None:
         return
     n_dev = len(instance.devices)
-    if types is None:
+    if types is None or types.trivial:
         count = sum(perm(n_dev, len(ranges)) for _, ranges in layouts)
         what = "layouts x device orders"
     else:

@@ -49,6 +49,9 @@ class Arc:
     transfer_s: float  # sum of all transfer times of the stage (shared-medium period)
     weights: tuple[int, ...]  # per device weight bytes of the layers it computes here
     working: tuple[int, ...]  # per device working set during this stage, bytes
+    # the ``canonical`` reduction: device d of the tail's frame is device relabel[d] of the
+    # head's (None: the same frame); see ``StageGraph.path_options``
+    relabel: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -73,16 +76,36 @@ class StageGraph:
     def n_nodes(self) -> int:
         return len(self.nodes)
 
+    def path_options(self, arc_ids) -> list[StageOption]:
+        """The stage options of a source-to-terminal path in layer order, on real devices.
+
+        Under the ``canonical`` reduction an arc's devices are in its tail's frame (its state
+        relabelled canonically); the frames are composed along the path back to the source's,
+        which is the instance's own."""
+        arcs = sorted((self.arcs[a] for a in arc_ids), key=lambda a: a.option.first)
+        real = list(range(len(self.instance.devices)))  # device of the current frame -> real device
+        out = []
+        for a in arcs:
+            o = a.option
+            out.append(o if real == sorted(real) else replace(o, devices=tuple(real[d] for d in o.devices)))
+            if a.relabel is not None:
+                back = [0] * len(real)
+                for d, h in enumerate(a.relabel):
+                    back[h] = d
+                real = [real[back[h]] for h in range(len(real))]
+        return out
+
     def plan_from_arcs(self, arc_ids) -> Plan:
         names = self.instance.device_names
-        arcs = sorted((self.arcs[a] for a in arc_ids), key=lambda a: a.option.first)
-        return Plan(self.instance.name, [a.option.to_stage(names) for a in arcs])
+        return Plan(self.instance.name, [o.to_stage(names) for o in self.path_options(arc_ids)])
 
     def path_value(self, arc_ids, objective: str) -> float:
         """The objective of a source-to-terminal path, computed from arc data (for checks)."""
         arcs = [self.arcs[a] for a in arc_ids]
         term = self.terminals[arcs[-1].head]
         n_dev = len(self.instance.devices)
+        if objective in ("period", "memory") and any(a.relabel is not None for a in arcs):
+            raise ValueError(f"a graph of the canonical reduction holds no per-device {objective}")
         if objective == "latency":
             return sum(a.tau for a in arcs) + term.gather_s
         if objective == "energy":
@@ -157,8 +180,11 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     of each type are first used in index order; ``free`` (valid only when the solved objective
     is latency or energy and no memory cap applies: ``symmetry.reduction_for``) the plans
     whose stages take the devices owning nothing in index order; ``none`` every device order.
-    Every plan of the space has a plan of the graph with the same costs (it differs only by
-    exchanging interchangeable devices).
+    ``canonical`` (valid where ``free`` is) also merges the states that differ only by
+    exchanging interchangeable devices; its arcs' devices are in their tail's frame
+    (``StageGraph.path_options`` gives the real ones), and per-device arc data (loads, memory)
+    are not comparable across arcs. Every plan of the space has a plan of the graph with the
+    same costs (it differs only by exchanging interchangeable devices).
 
     Raises ``SpaceTooLarge`` (a ``PlannerError``) when the graph would exceed ``max_arcs`` (the space is too large
     to enumerate; shrink ``search`` or give a tighter ``upper``).
@@ -193,6 +219,7 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     types = bounds.types if bounds.types is not None else trivial_types(n_dev)
     expander = Expander(types, "none" if types.trivial else reduction)
     exact = _ExactFloors(instance, pr, objective, types)
+    canonical = expander.reduction == "canonical"
 
     def node(b, state, used):
         key = (b, state, used)
@@ -243,11 +270,14 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
                     if hit is None:
                         p = tab.perm[oi]
                         opt = StageOption(grp.first, grp.last, grp.axis, grp.ranges, devs)
-                        hit = priced[(e, oi, devs)] = _arc(pr, instance, opt, grp.geos, tuple(grp.comp[p]),
-                                                           grp.weights, grp.computed, owners, last_read, power,
-                                                           n_dev)
-                    arc, new_state = hit
-                    arc = replace(arc)
+                        arc, new_state = _arc(pr, instance, opt, grp.geos, tuple(grp.comp[p]), grp.weights,
+                                              grp.computed, owners, last_read, power, n_dev)
+                        relabel = None
+                        if canonical:
+                            new_state, relabel = expander.canonical(new_state)
+                        hit = priced[(e, oi, devs)] = (arc, new_state, relabel)
+                    arc, new_state, relabel = hit
+                    arc = replace(arc, relabel=relabel)
                     if check_caps and any(c is not None and arc.weights[d] + arc.working[d] > c
                                           for d, c in enumerate(caps)):
                         continue

@@ -33,7 +33,14 @@ What the exact formulations use:
     depends only on who owns what at the boundary, so units that own nothing there are
     interchangeable from it on: a stage may use the owning units in any order, and the
     others only in index order. Not valid for period, memory or memory caps (sums per
-    device along the whole plan).
+    device along the whole plan);
+  * ``canonical`` (the same objectives as ``free``, which it contains): two boundary states
+    that differ only by exchanging interchangeable units have the same best completion, so
+    they are one node. A state is relabelled canonically (``Expander.canonical``: units
+    numbered in the order they first own something, tensors and regions in a fixed order)
+    and an arc records the relabelling from its tail's frame to its head's, so that
+    ``StageGraph.path_options`` turns a path back into real devices. Six identical devices
+    that each own a slice of the last output are one node, not 720.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ import numpy as np
 
 from milp_planner.instance import Instance
 
-REDUCTIONS = ("none", "first-use", "free")
+REDUCTIONS = ("none", "first-use", "free", "canonical")
 
 
 @dataclass(frozen=True)
@@ -229,7 +236,7 @@ def reduction_for(instance: Instance, objective: str, enabled: bool = True) -> s
         return "none"
     capped = instance.constraints.memory and any(d.memory_bytes is not None for d in instance.devices)
     if objective in ("latency", "energy") and not capped and getattr(instance.constraints, "period_s", None) is None:
-        return "free"
+        return "canonical"
     return "first-use"
 
 
@@ -243,6 +250,39 @@ class Expander:
         self.n_types = len(types.units)
         self.sizes = tuple(len(ut) for ut in types.units)
         self._cache: dict = {}
+
+    def canonical(self, state: tuple) -> tuple[tuple, tuple[int, ...] | None]:
+        """(the canonical form of ``state``, the relabelling to it: device -> device, None
+        when it is the identity). Units of each type are renumbered in the order they first
+        own something (tensors by name, regions in order, which no relabelling changes), the
+        others after them in index order."""
+        units, where = self.types.units, self.types.where
+        order = [[] for _ in range(self.n_types)]
+        seen = set()
+        for _, lst in state:
+            for o, _ in lst:
+                if o >= 0:
+                    t, i, _ = where[o]
+                    if (t, i) not in seen:
+                        seen.add((t, i))
+                        order[t].append(i)
+        perm = list(range(len(where)))
+        moved = False
+        for t, first in enumerate(order):
+            if len(units[t]) == 1:
+                continue
+            rest = [i for i in range(len(units[t])) if (t, i) not in seen]
+            for new, old in enumerate(first + rest):
+                if new != old:
+                    moved = True
+                    for a, b in zip(units[t][old], units[t][new]):
+                        perm[a] = b
+        if not moved:
+            return state, None
+        canon = tuple((t, tuple(sorted((((perm[o] if o >= 0 else o), r) for o, r in lst),
+                                       key=lambda x: (x[1].rows, x[1].chans, x[0]))))
+                      for t, lst in state)
+        return canon, tuple(perm)
 
     def start(self) -> tuple:
         """The usage key of the source node (``first-use``: no unit used yet)."""

@@ -14,6 +14,7 @@ from builders import chain_graph, device, make_instance, residual_graph
 from formulations.relaxation import layout_bounds
 from formulations.stagegraph import build_stage_graph
 from formulations.symmetry import Expander, device_types, order_count, reduction_for, type_orders
+from milp_planner.cost.evaluator import evaluate
 from milp_planner.instance import SearchSpace
 from milp_planner.instance.network import Endpoint
 from milp_planner.planners import get_planner
@@ -152,8 +153,8 @@ def test_expander_first_use_and_free():
 
 def test_reduction_for_each_objective_and_cap():
     inst = two_types()
-    assert reduction_for(inst, "latency") == "free"
-    assert reduction_for(inst, "energy") == "free"
+    assert reduction_for(inst, "latency") == "canonical"
+    assert reduction_for(inst, "energy") == "canonical"
     assert reduction_for(inst, "period") == "first-use"
     assert reduction_for(inst, "memory") == "first-use"
     assert reduction_for(inst, "latency", enabled=False) == "none"
@@ -180,14 +181,17 @@ def test_stage_graph_shrinks_and_keeps_the_optimum(case):
     full = build_stage_graph(inst, reduction="none")
     first = build_stage_graph(inst, reduction="first-use")
     free = build_stage_graph(inst, reduction="free")
-    assert len(free.arcs) <= len(first.arcs) < len(full.arcs)
+    canon = build_stage_graph(inst, reduction="canonical")
+    assert len(canon.arcs) <= len(free.arcs) <= len(first.arcs) < len(full.arcs)
+    assert canon.n_nodes < full.n_nodes
     for objective in ("latency", "energy"):
         ref = shortest_path(full, objective)[1]
-        for sg in (first, free):
+        for sg in (first, free, canon):
             arcs, value = shortest_path(sg, objective)
             assert value == pytest.approx(ref, rel=1e-12)
             # arcs carry real devices: the plan is a plan of the instance
-            assert sg.plan_from_arcs(arcs).stages
+            plan = sg.plan_from_arcs(arcs)
+            assert evaluate(plan, inst).value(objective) == pytest.approx(value, rel=1e-9)
 
 
 def _caps(inst, objective):
@@ -251,7 +255,7 @@ def test_brute_force_agrees_on_a_typed_fleet(objective):
         assert res.value == pytest.approx(ref.value, abs=1e-6 * ref.value + res.info.get("tolerance", 0.0))
 
 
-@pytest.mark.parametrize("reduction", ["free", "first-use"])
+@pytest.mark.parametrize("reduction", ["canonical", "free", "first-use"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_bounded_enumeration_with_types_loses_no_arc_within_the_bound(case, reduction):
     """The type-level filter (each part on the cheapest device of its orbit) and the lazy
