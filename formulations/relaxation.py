@@ -157,8 +157,9 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
     """The relaxation's classes and cost-to-go bounds for ``objective``.
 
     With ``symmetry`` the tables list one device order per sequence of device types
-    (``LayoutBounds.types``); without it, every device order. Raises ``SpaceTooLarge`` when one stage has more than ``max_options`` options and
-    ``TimeoutError`` past ``deadline`` (a ``time.perf_counter()`` value)."""
+    (``LayoutBounds.types``); without it, every device order. Raises ``SpaceTooLarge`` when
+    one stage has more than ``max_options`` options and ``TimeoutError`` past ``deadline`` (a
+    ``time.perf_counter()`` value)."""
     t0 = time.perf_counter()
     pr = pr or pricer(instance)
     g = instance.graph
