@@ -4,6 +4,8 @@ A *stage option* is layers ``first..last``, an axis, the part ranges and the dev
 part. Options that differ only in their devices share their geometry (what each part computes,
 reads and owns): a ``StageGroup`` holds that geometry once, with the per-device compute times
 of every device assignment as an array, so the enumeration and the bounds price it once.
+With device types (``formulations.symmetry``) a group holds one device order per sequence of
+device types, the only orders the relaxation needs.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from milp_planner.space.geometry import PartGeometry
 from milp_planner.instance import Instance
 from milp_planner.space.plan import Part, Stage
 from milp_planner.space.cuts import cut_vectors, ranges_from_cuts, stage_extent
+
+from formulations.symmetry import DeviceTypes, order_count, type_orders
 
 
 class SpaceTooLarge(PlannerError):
@@ -80,15 +84,22 @@ def stage_options(instance: Instance, first: int, last: int, deadline: float | N
     return out
 
 
-def _check_count(instance: Instance, first: int, last: int, layouts: list, max_options: int | None) -> None:
+def _check_count(instance: Instance, first: int, last: int, layouts: list, max_options: int | None,
+                 types: DeviceTypes | None = None) -> None:
     if max_options is None:
         return
     n_dev = len(instance.devices)
-    count = sum(perm(n_dev, len(ranges)) for _, ranges in layouts)
+    if types is None or types.trivial:
+        count = sum(perm(n_dev, len(ranges)) for _, ranges in layouts)
+        what = "layouts x device orders"
+    else:
+        per_k: dict[int, int] = {}
+        count = sum(per_k.setdefault(len(r), order_count(types, len(r))) for _, r in layouts)
+        what = "layouts x orders of device types"
     if count > max_options:
         raise SpaceTooLarge(
-            f"{instance.name}: stage {first}..{last} alone has {count} options (layouts x device "
-            f"orders, more than {max_options}); reduce search.max_parts or splits, or use a heuristic planner")
+            f"{instance.name}: stage {first}..{last} alone has {count:,} options ({what}, more than "
+            f"{max_options:,}); reduce search.max_parts or splits, or use a heuristic planner")
 
 
 @dataclass
@@ -100,7 +111,7 @@ class StageGroup:
     axis: str
     ranges: tuple
     geos: list[PartGeometry]  # one per part
-    perms: list[tuple[int, ...]]  # the device of each part, one tuple per option
+    perms: list[tuple[int, ...]]  # the device of each part, one tuple per option (or per type order)
     comp: np.ndarray  # (options, parts): compute seconds of each part on its device
     weights: tuple[int, ...]  # weight bytes of each part (device-free)
     computed: tuple[int, ...]  # bytes each part computes in the stage
@@ -110,23 +121,28 @@ class StageGroup:
 
 
 def stage_groups(instance: Instance, pr: Pricer, first: int, last: int,
-                 max_options: int | None = None, deadline: float | None = None) -> list[StageGroup]:
+                 max_options: int | None = None, deadline: float | None = None,
+                 types: DeviceTypes | None = None) -> list[StageGroup]:
     """The options of stage first..last, grouped by layout, with their prices.
 
-    Raises ``SpaceTooLarge`` when the stage has more than ``max_options`` options and
-    ``TimeoutError`` past ``deadline``."""
+    With ``types``, one device order per sequence of orbits (``symmetry.type_orders``): every
+    order with the same orbits has the same compute times. Raises ``SpaceTooLarge`` when the
+    stage has more than ``max_options`` options and ``TimeoutError`` past ``deadline``."""
     n_dev = len(instance.devices)
     layouts = list(_layouts(instance, first, last, deadline))
-    _check_count(instance, first, last, layouts, max_options)
+    _check_count(instance, first, last, layouts, max_options, types)
+    orders: dict[int, list] = {}
     out = []
     for axis, ranges in layouts:
         if deadline is not None and time.perf_counter() > deadline:
             raise TimeoutError("the time limit ran out while pricing the stage options")
         geos = pr.geometry.parts(first, last, axis, list(ranges))
         k = len(ranges)
-        perms = list(permutations(range(n_dev), k))
+        if k not in orders:
+            perms = list(permutations(range(n_dev), k) if types is None else type_orders(types, k))
+            orders[k] = (perms, np.array(perms, dtype=np.int64).reshape(len(perms), k))
+        perms, idx = orders[k]
         per_dev = np.array([[pr.compute_time(d, part) for part in geos] for d in range(n_dev)])
-        idx = np.array(perms, dtype=np.int64)
         comp = per_dev[idx, np.arange(k)[None, :]]
         weights = tuple(sum(pr.weight_bytes(part, axis).values()) for part in geos)
         computed = tuple(pr.computed_bytes(part) for part in geos)

@@ -19,6 +19,11 @@ per live tensor, so inside a residual block there are (main layouts) x (skip lay
 their floors are computed pairwise in numpy, over the options no other option of the same
 exit beats part by part.
 
+Options that differ only by exchanging interchangeable devices (``formulations.symmetry``)
+have equal floors here (compute, power and the fastest incoming link are equal within an
+orbit), so the tables hold one device order per sequence of orbits: the bounds are the same
+as over every device order, and ``build_stage_graph`` expands the orders a node allows.
+
 The bounds are additive floors of the objective (``stagegraph.arc_floor``): the stage time
 (latency), its energy, the mean device load (period) or the mean weight bytes (memory).
 
@@ -40,6 +45,7 @@ from milp_planner.instance import Instance
 
 from formulations.budget import check_memory
 from formulations.options import SpaceTooLarge, StageGroup, stage_groups
+from formulations.symmetry import DeviceTypes, device_types
 
 
 @dataclass
@@ -97,6 +103,7 @@ class LayoutBounds:
     layouts: dict = field(default_factory=dict)  # tensor -> {regions: layout id}; keys hold the ids
     build_time_s: float = 0.0
     misses: int = 0  # exact states whose class the relaxation did not reach (bounded by 0)
+    types: DeviceTypes | None = None  # the device types its tables list orders of (None: every order)
     _skip: frozenset = frozenset()
 
     def layout_id(self, t: str, regions) -> int:
@@ -146,18 +153,21 @@ def exit_class(lb: LayoutBounds, group: StageGroup, last_read: dict[str, int]) -
 
 
 def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
-                  max_options: int = 200_000, deadline: float | None = None) -> LayoutBounds:
+                  max_options: int = 200_000, deadline: float | None = None,
+                  symmetry: bool = True) -> LayoutBounds:
     """The relaxation's classes and cost-to-go bounds for ``objective``.
 
-    Raises ``SpaceTooLarge`` when one stage has more than ``max_options`` options and
-    ``TimeoutError`` past ``deadline`` (a ``time.perf_counter()`` value)."""
+    With ``symmetry`` the tables list one device order per sequence of device types
+    (``LayoutBounds.types``); without it, every device order. Raises ``SpaceTooLarge`` when
+    one stage has more than ``max_options`` options and ``TimeoutError`` past ``deadline`` (a
+    ``time.perf_counter()`` value)."""
     t0 = time.perf_counter()
     pr = pr or pricer(instance)
     g = instance.graph
     n = len(g.layers)
     fl = max(1, instance.search.fusion_limit)
     last_read = last_readers(instance.graph)
-    lb = LayoutBounds(objective, n, _skip=frozenset(g.inputs))
+    lb = LayoutBounds(objective, n, _skip=frozenset(g.inputs), types=device_types(instance, symmetry))
     lb.classes = [dict() for _ in range(n + 1)]
     lb.classes[0][()] = 0  # the source's state is priced exactly; its class is empty
     cost = _FloorCost(instance, objective)
@@ -166,7 +176,7 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
         keys = list(lb.classes[b])
         for e in range(b, min(n, b + fl)):
             _check(deadline)
-            groups = stage_groups(instance, pr, b, e, max_options, deadline)
+            groups = stage_groups(instance, pr, b, e, max_options, deadline, types=lb.types)
             exits: dict[tuple, int] = {}
             heads, gidx, pidx = [], [], []
             for gi, grp in enumerate(groups):

@@ -26,6 +26,7 @@ from formulations.caps import Fixing
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SpaceTimeout, loose
 from formulations.relaxation import layout_bounds
 from formulations.stagegraph import SpaceTooLarge, StageGraph, build_stage_graph
+from formulations.symmetry import reduction_for
 from formulations.warmstart import WarmStart
 
 from milp_planner.errors import PlannerError
@@ -48,6 +49,7 @@ class RoundSettings:
     delta: float = 0.0025
     round_budget: int = 60_000
     growth: float = 0.002
+    symmetry: bool = True  # plans equal up to exchanging interchangeable devices are one plan
 
 
 class RoundContext(Protocol):
@@ -121,7 +123,8 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
     bounded = settings.bounded
     cap_at = math.inf if incumbent is None or not math.isfinite(incumbent) else loose(incumbent)
     try:
-        bounds = layout_bounds(instance, obj, deadline=deadline, max_options=settings.max_options) if bounded else None
+        bounds = layout_bounds(instance, obj, deadline=deadline, max_options=settings.max_options,
+                               symmetry=settings.symmetry) if bounded else None
     except TimeoutError:
         raise SpaceTimeout(None) from None
     st.lower = float(bounds.to_go[0].min()) if bounded else None
@@ -144,7 +147,8 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             sg = build_stage_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
                                    deadline=deadline, objective=obj if bounded else "latency",
                                    upper=upper if math.isfinite(upper) else None, drop_overflow=True,
-                                   bounds=bounds, memo=memo)
+                                   bounds=bounds, memo=memo,
+                                   reduction=reduction_for(instance, obj, settings.symmetry))
         except TimeoutError:
             if st.best is None:
                 raise SpaceTimeout(st.lower) from None

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,7 +36,8 @@ from milp_planner.space.plan import Plan
 
 from formulations.budget import check_memory
 from formulations.options import SpaceTooLarge, StageOption, stage_options
-from formulations.relaxation import LayoutBounds, box_cells, layout_bounds
+from formulations.relaxation import LayoutBounds, StageTable, box_cells, layout_bounds
+from formulations.symmetry import REDUCTIONS, Expander, trivial_types
 
 
 @dataclass
@@ -49,6 +51,9 @@ class Arc:
     transfer_s: float  # sum of all transfer times of the stage (shared-medium period)
     weights: tuple[int, ...]  # per device weight bytes of the layers it computes here
     working: tuple[int, ...]  # per device working set during this stage, bytes
+    # the ``canonical`` reduction: device d of the tail's frame is device relabel[d] of the
+    # head's (None: the same frame); see ``StageGraph.path_options``
+    relabel: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -73,16 +78,36 @@ class StageGraph:
     def n_nodes(self) -> int:
         return len(self.nodes)
 
+    def path_options(self, arc_ids) -> list[StageOption]:
+        """The stage options of a source-to-terminal path in layer order, on real devices.
+
+        Under the ``canonical`` reduction an arc's devices are in its tail's frame (its state
+        relabelled canonically); the frames are composed along the path back to the source's,
+        which is the instance's own."""
+        arcs = sorted((self.arcs[a] for a in arc_ids), key=lambda a: a.option.first)
+        real = list(range(len(self.instance.devices)))  # device of the current frame -> real device
+        out = []
+        for a in arcs:
+            o = a.option
+            out.append(o if real == sorted(real) else replace(o, devices=tuple(real[d] for d in o.devices)))
+            if a.relabel is not None:
+                back = [0] * len(real)
+                for d, h in enumerate(a.relabel):
+                    back[h] = d
+                real = [real[back[h]] for h in range(len(real))]
+        return out
+
     def plan_from_arcs(self, arc_ids) -> Plan:
         names = self.instance.device_names
-        arcs = sorted((self.arcs[a] for a in arc_ids), key=lambda a: a.option.first)
-        return Plan(self.instance.name, [a.option.to_stage(names) for a in arcs])
+        return Plan(self.instance.name, [o.to_stage(names) for o in self.path_options(arc_ids)])
 
     def path_value(self, arc_ids, objective: str) -> float:
         """The objective of a source-to-terminal path, computed from arc data (for checks)."""
         arcs = [self.arcs[a] for a in arc_ids]
         term = self.terminals[arcs[-1].head]
         n_dev = len(self.instance.devices)
+        if objective in ("period", "memory") and any(a.relabel is not None for a in arcs):
+            raise ValueError(f"a graph of the canonical reduction holds no per-device {objective}")
         if objective == "latency":
             return sum(a.tau for a in arcs) + term.gather_s
         if objective == "energy":
@@ -142,7 +167,8 @@ def terminal_floor(term: "Terminal", objective: str, n_dev: int) -> float:
 def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=None,
                       deadline: float | None = None, *, objective: str = "latency",
                       upper: float | None = None, drop_overflow: bool = False,
-                      bounds: LayoutBounds | None = None, memo: dict | None = None) -> StageGraph:
+                      bounds: LayoutBounds | None = None, memo: dict | None = None,
+                      reduction: str = "first-use") -> StageGraph:
     """The plan space of ``instance`` as a ``StageGraph``.
 
     Without ``upper`` the whole space is enumerated. With ``upper`` (a value of ``objective``
@@ -157,6 +183,17 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     feasible plan contains them). ``memo``: a dict kept across calls on the same instance,
     objective and ``bounds`` (the rounds of the exact planners), which remembers every priced
     arc so that a round with a larger ``upper`` prices only the new ones.
+
+    ``reduction`` (``formulations.symmetry``): how interchangeable devices are told apart.
+    ``first-use`` (the default, valid for every objective and cap) keeps the plans whose units
+    of each type are first used in index order; ``free`` (valid only when the solved objective
+    is latency or energy and no memory cap applies: ``symmetry.reduction_for``) the plans
+    whose stages take the devices owning nothing in index order; ``none`` every device order.
+    ``canonical`` (valid where ``free`` is) also merges the states that differ only by
+    exchanging interchangeable devices; its arcs' devices are in their tail's frame
+    (``StageGraph.path_options`` gives the real ones), and per-device arc data (loads, memory)
+    are not comparable across arcs. Every plan of the space has a plan of the graph with the
+    same costs (it differs only by exchanging interchangeable devices).
 
     Raises ``SpaceTooLarge`` (a ``PlannerError``) when the graph would exceed ``max_arcs`` (the space is too large
     to enumerate; shrink ``search`` or give a tighter ``upper``).
@@ -175,27 +212,34 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     if objective not in FLOORED:
         raise ValueError(f"unknown objective {objective!r}")
     slack = (upper * (1 + 1e-9) + 1e-12) if bounded else math.inf
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"unknown symmetry reduction {reduction!r}")
     if bounds is None or bounds.objective != objective:
-        bounds = layout_bounds(instance, objective, pr, deadline=deadline)
+        bounds = layout_bounds(instance, objective, pr, deadline=deadline, symmetry=reduction != "none")
     last_read = last_readers(g)
-    exact = _ExactFloors(instance, pr, objective)
 
     src = EXTERNAL if net.source.external else net.source.device
     init = tuple(sorted((t, ((src, full_region(g, t)),)) for t in g.inputs if last_read.get(t, -1) >= 0))
     node_id: dict[tuple, int] = {}
     nodes: list[tuple[int, tuple]] = []
+    node_used: list[tuple] = []  # per node: the units of each type used so far (first-use reduction)
     prefix: list[float] = []
+    types = bounds.types if bounds.types is not None else trivial_types(n_dev)
+    expander = Expander(types, "none" if types.trivial else reduction)
+    exact = _ExactFloors(instance, pr, objective, types)
+    canonical = expander.reduction == "canonical"
 
-    def node(b, state):
-        key = (b, state)
+    def node(b, state, used):
+        key = (b, state, used)
         i = node_id.get(key)
         if i is None:
             i = node_id[key] = len(nodes)
-            nodes.append(key)
+            nodes.append((b, state))
+            node_used.append(used)
             prefix.append(math.inf)
         return i
 
-    source = node(0, init)
+    source = node(0, init, expander.start())
     prefix[source] = 0.0
     outside = math.inf  # the least floor of a partial plan pruned
     frontier: dict[int, set[int]] = {0: {source}}
@@ -206,37 +250,42 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     for b in range(n):
         for nid in sorted(frontier.get(b, ()), key=lambda i: prefix[i]):
             _, state = nodes[nid]
+            used = node_used[nid]
             owners = dict(state)
-            nears, priced = memo.setdefault((b, state), ({}, {}))  # per end layer; per (end, option)
+            nears, priced = memo.setdefault((b, state, used), ({}, {}))  # per end layer; per (end, option, devices)
+            ctx = None
             gs = prefix[nid]
             for e in range(b, min(n, b + fl)):
                 tab = bounds.tables[(b, e)]
                 need = slack - gs  # the options whose floor with what is left fits
                 near = nears.get(e)
-                if near is None or need > near[2]:
-                    after = bounds.after(b, e, owners)
-                    v = exact.floors(tab, owners) * (1 - 1e-9) + after
+                if near is None or need > near.thr:
+                    if ctx is None:
+                        ctx = expander.context(used, owners)
                     # the options a bound up to 1 % larger would look at, sorted (for later rounds)
                     thr = need + 0.01 * slack if bounded else math.inf
-                    idx = np.flatnonzero(v <= thr)
-                    idx = idx[np.argsort(v[idx], kind="stable")]
-                    rest = v[v > thr]
-                    near = (v[idx], idx, thr, after[idx], float(rest.min()) if len(rest) else math.inf)
+                    near = _near_options(exact, expander, bounds, tab, b, e, owners, ctx, thr)
                     if bounded:
                         nears[e] = near
-                vals, idx, thr, after_of, beyond = near
-                k = int(np.searchsorted(vals, need, side="right"))
-                if k < len(vals) or math.isfinite(beyond):
-                    outside = min(outside, gs + (float(vals[k]) if k < len(vals) else beyond))
-                for oi, after_oi in zip(idx[:k].tolist(), after_of[:k].tolist()):
-                    hit = priced.get((e, oi))
+                k = int(np.searchsorted(near.vals, need, side="right"))
+                if k < len(near.vals) or math.isfinite(near.beyond):
+                    outside = min(outside, gs + (float(near.vals[k]) if k < len(near.vals) else near.beyond))
+                for oi, devs, after_oi in zip(near.src[:k].tolist(), near.devices[:k].tolist(),
+                                              near.after[:k].tolist()):
+                    grp = tab.groups[tab.group[oi]]
+                    devs = tuple(devs[:len(grp.geos)])
+                    hit = priced.get((e, oi, devs))
                     if hit is None:
-                        grp = tab.groups[tab.group[oi]]
                         p = tab.perm[oi]
-                        hit = priced[(e, oi)] = _arc(pr, grp.option(p), grp.geos, grp.comp[p].tolist(),
-                                                     grp.weights, grp.computed, owners)
-                    arc, new_state = hit
-                    arc = replace(arc)
+                        opt = StageOption(grp.first, grp.last, grp.axis, grp.ranges, devs)
+                        arc, new_state = _arc(pr, opt, grp.geos, grp.comp[p].tolist(), grp.weights,
+                                              grp.computed, owners)
+                        relabel = None
+                        if canonical:
+                            new_state, relabel = expander.canonical(new_state)
+                        hit = priced[(e, oi, devs)] = (arc, new_state, relabel)
+                    arc, new_state, relabel = hit
+                    arc = replace(arc, relabel=relabel)
                     if check_caps and any(c is not None and arc.weights[d] + arc.working[d] > c
                                           for d, c in enumerate(caps)):
                         continue
@@ -244,7 +293,7 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
                     if gs + f + after_oi > slack:
                         outside = min(outside, gs + f + after_oi)
                         continue
-                    head = node(e + 1, new_state)
+                    head = node(e + 1, new_state, expander.advance(used, devs))
                     if gs + f < prefix[head]:
                         prefix[head] = gs + f
                     frontier.setdefault(e + 1, set()).add(head)
@@ -312,13 +361,81 @@ def _prune_backward(nodes, arcs, floors, prefix, source, terminals, objective, n
     return new_nodes, new_arcs, remap[source], new_terms
 
 
+class _Near(NamedTuple):
+    """The options of one stage from one node whose floor is within ``thr``, sorted by floor."""
+
+    vals: np.ndarray  # floor of the option plus the bound after it
+    src: np.ndarray  # the option's index in the stage's table (its type-level order)
+    devices: np.ndarray  # (options, parts): its real devices
+    after: np.ndarray  # the bound on what is left after it
+    thr: float
+    beyond: float  # a lower bound on ``vals`` of every option left out
+
+
+def _near_options(exact: "_ExactFloors", expander: Expander, bounds: LayoutBounds, tab: StageTable,
+                  b: int, e: int, owners: dict, ctx: tuple, thr: float) -> _Near:
+    """The device orders of stage b..e that the node allows (``expander``, context ``ctx``)
+    with floor plus bound after at most ``thr``. Type-level orders are filtered first with a
+    floor that lets each part take the cheapest device of its orbit; only those left are
+    expanded into real device orders and priced exactly (vectorised)."""
+    devices, comp, mask, _ = tab.flat()
+    after_t = bounds.after(b, e, owners)
+    recv, energy = exact.received(tab, owners)
+    if expander.types.trivial:  # no expansion: the table is the space
+        v = exact.option_floors(tab, recv, energy, tab.group, devices, devices, comp, mask) * (1 - 1e-9) + after_t
+        idx = np.flatnonzero(v <= thr)
+        idx = idx[np.argsort(v[idx], kind="stable")]
+        rest = v[v > thr]
+        return _Near(v[idx], idx, devices[idx], after_t[idx], thr, float(rest.min()) if len(rest) else math.inf)
+    orbit = exact.orbit_of
+    lb = exact.option_floors(tab, exact.orbit_min(recv), exact.orbit_min(energy), tab.group, orbit[devices],
+                             devices, comp, mask) * (1 - 1e-9) + after_t
+    cand = np.flatnonzero(lb <= thr)
+    rest = lb[lb > thr]
+    beyond = float(rest.min()) if len(rest) else math.inf
+    # options with the same part count and order index share their orbits: expand once
+    kparts = mask.sum(axis=1).astype(np.int64)[cand]
+    key = tab.perm[cand] * (devices.shape[1] + 1) + kparts
+    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(inv, kind="stable")
+    bounds_at = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+    srcs, devs = [], []
+    for u in range(len(uniq)):
+        members = cand[order[bounds_at[u]:bounds_at[u + 1]]]
+        oi = int(cand[first[u]])
+        rep = tuple(devices[oi, :kparts[first[u]]].tolist())
+        orders = expander.expand(rep, ctx)  # (X, k)
+        if not len(orders):
+            continue
+        pad = np.zeros((len(orders), devices.shape[1]), dtype=np.int64)
+        pad[:, :orders.shape[1]] = orders
+        srcs.append(np.repeat(members, len(orders)))
+        devs.append(np.tile(pad, (len(members), 1)))
+    if not srcs:
+        empty = np.zeros(0, dtype=np.int64)
+        return _Near(np.zeros(0), empty, np.zeros((0, devices.shape[1]), dtype=np.int64), np.zeros(0), thr, beyond)
+    src = np.concatenate(srcs)
+    dev = np.concatenate(devs)
+    if exact.objective == "memory":  # the floor does not depend on the devices
+        v = lb[src]
+    else:
+        v = exact.option_floors(tab, recv, energy, tab.group[src], dev, dev, comp[src], mask[src]) * (1 - 1e-9)
+        v = v + after_t[src]
+    keep = np.flatnonzero(v <= thr)
+    keep = keep[np.argsort(v[keep], kind="stable")]
+    rest = v[v > thr]
+    if len(rest):
+        beyond = min(beyond, float(rest.min()))
+    return _Near(v[keep], src[keep], dev[keep], after_t[src[keep]], thr, beyond)
+
+
 class _ExactFloors:
     """``arc_floor`` of every option of a stage from one exact state, vectorised.
 
     The same sums as ``_arc`` in numpy: used to select which options to price with ``_arc``
     (whose value decides), so it needs to agree with it only up to rounding."""
 
-    def __init__(self, instance: Instance, pr: Pricer, objective: str):
+    def __init__(self, instance: Instance, pr: Pricer, objective: str, types=None):
         net = instance.network
         n_dev = len(instance.devices)
         self.pr, self.objective, self.n_dev = pr, objective, n_dev
@@ -335,16 +452,23 @@ class _ExactFloors:
             self.inv_bw[EXTERNAL] = np.array([1.0 / b for b in net.source.bandwidth_Bps])
             self.lat[EXTERNAL] = np.array(net.source.latency_s, dtype=float)
         self.wsum = {}
+        types = types if types is not None else trivial_types(n_dev)
+        self.orbit_of = np.array(types.orbit, dtype=np.int64)
+        self.orbits = [list(o) for o in types.orbits]
 
-    def floors(self, tab, owners) -> np.ndarray:
+    def orbit_min(self, per_device: np.ndarray | None) -> np.ndarray | None:
+        """(..., devices) -> (..., orbits): the least value over each orbit's devices."""
+        if per_device is None:
+            return None
+        return np.stack([per_device[..., o].min(axis=-1) for o in self.orbits], axis=-1)
+
+    def received(self, tab, owners):
+        """(receive seconds, receive energy or None), each (groups, parts, devices): what part j
+        of group g would take to receive on device d from the state ``owners``."""
+        if self.objective == "memory":
+            return None, None
         devices, comp, mask, needs = tab.flat()
         n_g, kmax = len(tab.groups), comp.shape[1]
-        if self.objective == "memory":
-            w = self.wsum.get(id(tab))
-            if w is None:
-                w = self.wsum[id(tab)] = np.array(
-                    [sum(tab.groups[gi].weights) / self.n_dev for gi in tab.group])
-            return w
         recv = np.zeros((n_g, kmax, self.n_dev))
         energy = np.zeros((n_g, kmax, self.n_dev)) if self.objective == "energy" else None
         for t, need in needs.items():
@@ -362,14 +486,24 @@ class _ExactFloors:
             if energy is not None:
                 tx = np.array([self.tx[o] for o in ids])
                 energy += (tt * (tx[:, None] + self.rx[None, :])[None, None]).sum(axis=2)
-        parts = np.arange(kmax)[None, :]
-        r = recv[tab.group[:, None], parts, devices] * mask  # (options, parts)
+        return recv, energy
+
+    def option_floors(self, tab, recv, energy, group, index, devices, comp, mask) -> np.ndarray:
+        """The floors of options (``group``, ``devices``, ``comp``, ``mask`` per option), their
+        receive terms read from ``recv``/``energy`` at ``index`` (devices, or their orbits)."""
+        if self.objective == "memory":
+            w = self.wsum.get(id(tab))
+            if w is None:
+                w = self.wsum[id(tab)] = np.array([sum(grp.weights) / self.n_dev for grp in tab.groups])
+            return w[group]
+        parts = np.arange(comp.shape[1])[None, :]
+        r = recv[group[:, None], parts, index] * mask  # (options, parts)
         if self.objective == "latency":
             if self.shared:
                 return r.sum(axis=1) + comp.max(axis=1)
             return (comp + r).max(axis=1)
         if self.objective == "energy":
-            en = energy[tab.group[:, None], parts, devices] * mask
+            en = energy[group[:, None], parts, index] * mask
             return (self.pc[devices] * comp * mask).sum(axis=1) + en.sum(axis=1)
         return (comp + r).sum(axis=1) / self.n_dev
 

@@ -163,8 +163,7 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None,
 def plan_stages(sg: StageGraph, arcs) -> list[tuple]:
     """The arcs of a path as the evaluator's stage tuples, in layer order."""
     out = []
-    for a in sorted(arcs, key=lambda a: sg.arcs[a].option.first):
-        o = sg.arcs[a].option
+    for o in sg.path_options(arcs):
         parts = [(d, r) for d, r in zip(o.devices, o.ranges)]
         if o.axis != "none":
             parts.sort(key=lambda x: x[1])

@@ -68,6 +68,7 @@ ROUND_OPTIONS = (
     Option("capped_search", bool, True, "resource-constrained DP search under memory caps"),
     Option("max_labels", int, 2_000_000, "label budget of the capped DP search", ge=1, le=10**9),
     Option("lagrange_rounds", int, 12, "Lagrangian price rounds", ge=0, le=10**6),
+    Option("symmetry", bool, True, "plans equal up to exchanging interchangeable devices are one plan"),
 )
 #: the options of the anytime start and the memory budget (dp, milp, cpsat)
 ANYTIME_OPTIONS = (
@@ -175,6 +176,7 @@ class ExactPlanner(Planner):
             delta=float(self.options.get("delta", 0.0025)),
             round_budget=int(self.options.get("round_budget", 60_000)),  # arcs one round may enumerate
             growth=float(self.options.get("growth", 0.002)),
+            symmetry=bool(self.options.get("symmetry", True)),
         )
         return explore(instance, ctx, solve_graph or self.solve_graph, self.warm_start, settings, incumbent)
 
