@@ -176,7 +176,7 @@ def check_bounds(sg, objective: str) -> None:
     inst = sg.instance
     pr = pricer(inst)
     n_dev = len(inst.devices)
-    bounds = layout_bounds(inst, objective, pr)
+    bounds = layout_bounds(inst, objective, pr, symmetry=False)
     exact = _ExactFloors(inst, pr, objective)
     best = floor_suffix(sg, objective)
     assert float(bounds.to_go[0][bounds.classes[0][()]]) <= best[sg.source] * (1 + 1e-9) + 1e-15
@@ -190,7 +190,10 @@ def check_bounds(sg, objective: str) -> None:
     for (tail, first, last), arc_ids in by_tail.items():
         owners = dict(sg.nodes[tail][1])
         tab = bounds.tables[(first, last)]
-        floors = exact.floors(tab, owners) * (1 - 1e-9)  # as build_stage_graph prunes with them
+        recv, energy = exact.received(tab, owners)
+        devices, comp, mask, _ = tab.flat()
+        # as build_stage_graph prunes with them
+        floors = exact.option_floors(tab, recv, energy, tab.group, devices, devices, comp, mask) * (1 - 1e-9)
         after = bounds.after(first, last, owners)
         for i in arc_ids:
             arc = sg.arcs[i]
@@ -213,7 +216,7 @@ def graphs():
 
 def graph_of(graphs, case):
     if case not in graphs:
-        graphs[case] = build_stage_graph(CASES[case]())
+        graphs[case] = build_stage_graph(CASES[case](), reduction="none")  # every device order
     return graphs[case]
 
 
