@@ -35,7 +35,7 @@ changing a planner (same version) its old records must be refreshed by hand.
 Every group also runs ``dp-any``: ``dp`` on copies of its instances with every integer cut
 (splits ``any``). A baseline whose plan leaves the instance's space is measured against a proven
 value that holds for its plan (``seeds_refs``: the ``dp-any`` optimum or bound when it covers the
-plan, else the floor of ``formulations.floors``), never against the in-space optimum, so no gap
+plan, else the floor of ``milp_planner.cost.floors``), never against the in-space optimum, so no gap
 is negative. ``--keep-groups-from SEEDS_JSON`` adds the groups this invocation does not run, as a
 recorded seeds.json holds them (seeds.md says which and from when)::
 

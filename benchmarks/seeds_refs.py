@@ -10,7 +10,7 @@ row with a plan a reference that is proven for that plan, and its gap to it (nev
   - the ``dp-any`` run on the instance's copy with every integer cut (splits ``any``, both
     axes, the same fusion_limit and max_parts), when the plan lies in that space and meets the
     caps: ``any-cut optimum`` where it certified, else ``any-cut bound``;
-  - the floor of ``formulations.floors`` over the smallest space with every cut that holds the
+  - the floor of ``milp_planner.cost.floors`` over the smallest space with every cut that holds the
     plan (``milp_planner.report.baselines.enclosing_space``): ``floor``, valid for any cuts,
     fusion depth and caps.
 

@@ -293,7 +293,7 @@ def markdown(parts, meta, rows, analysis) -> str:
              "use more parts or the channel axis) or one that breaks a cap, the largest of the `dp-any` "
              "column (dp over every integer cut: 'any-cut opt.' where it certified, 'any-cut bound' otherwise; "
              "it holds for plans within the instance's fusion_limit, max_parts and axes) and the "
-             "floor of formulations/floors.py over the smallest space with every cut that holds the plan "
+             "floor of milp_planner/cost/floors.py over the smallest space with every cut that holds the plan "
              "('floor'), as the bracket names. The floor leaves out communication, so on slow networks it "
              "is far below any plan and its gaps say little beyond 'not negative'. A plan outside the space "
              "that beats the in-space optimum (or bound) says by how much ('below the in-space optimum'); 'no covering bound recorded': no proven value that "

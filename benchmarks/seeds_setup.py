@@ -42,7 +42,7 @@ DIAPASON_VB = {"lr": 0.8, "fusionlimit": 4}  # Sec. V-B: lr 0.8, fusionlimit 4, 
 # axes (adding the channel axis makes even the 2-device VGG16 instances time out: 4096 channel
 # layouts per classifier layer). Where it certifies, or proves a bound, the out-of-space
 # baselines it covers are measured against it; elsewhere (and for baselines that fuse deeper,
-# use more parts or another axis) against the floor of formulations.floors.
+# use more parts or another axis) against the floor of milp_planner.cost.floors.
 ANY = V("dp-any", "dp", any_cuts=True,
         note="dp on copies of the instances with splits [any]: the reference for the baselines outside "
              "the space")

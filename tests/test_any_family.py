@@ -155,7 +155,7 @@ def test_out_of_space_baseline_beating_the_optimum_has_a_non_negative_gap(narrow
         brute = get_planner("bruteforce").solve(replace(inst, search=space), objective="latency")
         assert row.reference.value == pytest.approx(brute.value, rel=1e-9)
         assert row.value >= brute.value
-    else:  # no exact run: the floor of formulations.floors, valid for every such plan
+    else:  # no exact run: the floor of milp_planner.cost.floors, valid for every such plan
         assert row.reference.kind == "floor"
         assert row.reference.value <= row.value
     d = row.to_dict()

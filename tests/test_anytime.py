@@ -10,7 +10,7 @@ import pytest
 from builders import chain_graph, device, fc_graph, make_instance, residual_graph
 
 from formulations.budget import MemoryBudgetExceeded, check_memory, memory_budget, parse_size, rss_bytes
-from formulations.floors import Floor, lower_floor
+from milp_planner.cost.floors import Floor, lower_floor
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.errors import PlannerError
 from milp_planner.instance import SearchSpace

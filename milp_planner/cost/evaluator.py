@@ -519,36 +519,14 @@ def evaluate_stages(stages, instance: Instance, space_reasons=()) -> Metrics:
 
 
 def lower_bound_latency(instance: Instance) -> float:
-    """Latency no plan can beat: the work spread perfectly over all devices, communication free.
+    """Latency no plan can beat: the latency floor of ``milp_planner.cost.floors`` (the work
+    spread at best over the devices, communication free; valid for every cost model)."""
+    from milp_planner.cost.floors import lower_floor  # it imports the layers the evaluator prices
 
-    Each device d alone needs T_d for the whole model (per-layer overheads left out, which
-    keeps the bound valid for any split); the best perfectly divisible schedule then takes
-    1 / sum_d (1 / T_d).
-    """
     pr = _pricer(instance)
     if pr._lower_bound is None:
-        pr._lower_bound = _fluid_latency(instance, pr)
+        pr._lower_bound = lower_floor(instance, "latency").value
     return pr._lower_bound
-
-
-def _fluid_latency(instance: Instance, pr: Pricer) -> float:
-    rate = 0.0
-    for d, dev in enumerate(instance.devices):
-        total = 0.0
-        for layer in instance.graph.layers:
-            t_full = pr.layer_time(d, layer.id, Fraction(1))
-            tables = [dev.compute.points(layer.name, ax) for ax in ("rows", "channels")]
-            if dev.compute.kind != "table" or tables[0] is None:
-                t_full -= float(dev.compute.overhead_s)
-            else:
-                # slope bound for measured tables: smallest time per unit of fraction, either axis
-                t_full = min(float(t) / float(f) for pts in tables for f, t in pts if f > 0)
-            total += max(t_full, 0.0)
-        if total > 0:
-            rate += 1.0 / total
-        else:
-            return 0.0
-    return 1.0 / rate if rate > 0 else 0.0
 
 
 @dataclass(frozen=True)

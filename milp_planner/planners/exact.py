@@ -22,7 +22,7 @@ import time
 from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget, parse_size, size_problem
 from formulations.caps import Fixing
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, disagreement
-from formulations.floors import lower_floor
+from milp_planner.cost.floors import lower_floor
 from formulations.diagnosis import explain_infeasible
 from formulations.dp import ADDITIVE
 from formulations.drivers import solve_cpsat, solve_dp, solve_highs
@@ -128,7 +128,7 @@ class ExactPlanner(Planner):
 
         - ``certified``: the rounds certified the plan optimal (bound = objective);
         - ``rounds``: the rounds' proven bound (layout relaxation and bounded enumeration);
-        - ``fluid`` / ``compute-only`` / ``weights``: a floor of ``formulations.floors``, valid
+        - ``fluid`` / ``compute-only`` / ``weights``: a floor of ``milp_planner.cost.floors``, valid
           for every plan, when it beats what the rounds proved;
         - ``enumeration``: bruteforce saw every plan; ``none``: no bound (proven infeasible, or
           bruteforce stopped early).

@@ -8,7 +8,7 @@ A certificate speaks only of the instance's search space, and several baselines 
 (other cuts, deeper fusion, more parts, another axis). Such a baseline's gap is measured
 against a ``Reference`` whose space contains its plan: the optimum or a proven bound of the
 exact planner over a space with every integer cut (split family ``any``) that encloses the
-plan, or the floor of ``formulations.floors`` over it. A gap to a reference that covers the
+plan, or the floor of ``milp_planner.cost.floors`` over it. A gap to a reference that covers the
 plan is never negative; a baseline that beats the in-space optimum is reported as such
 (``vs_in_space``), never as a negative gap.
 
@@ -108,9 +108,9 @@ def enclosing_space(space: SearchSpace, plan: Plan | None, n_devices: int) -> Se
 
 
 def floor_reference(instance: Instance, objective: str, space: SearchSpace) -> Reference | None:
-    """The problem-specific floor of ``formulations.floors`` over ``space`` (it holds for any
+    """The problem-specific floor of ``milp_planner.cost.floors`` over ``space`` (it holds for any
     cuts and fusion depth, so for every plan with at most ``max_parts`` parts on ``axes``)."""
-    from formulations.floors import lower_floor
+    from milp_planner.cost.floors import lower_floor
 
     fl = lower_floor(replace(instance, search=space), objective)
     if fl.value is None or not fl.value > 0:
@@ -199,7 +199,7 @@ def run_baselines(instance: Instance, names, reference: float | None, objective:
     the instance's space; else ``bound`` is its proven bound, if any). A baseline inside the
     space is measured against that optimum or bound. A baseline outside it is measured
     against a reference over the smallest space with every integer cut that contains its plan
-    (``enclosing_space``): the larger of the floor of ``formulations.floors`` and, when
+    (``enclosing_space``): the larger of the floor of ``milp_planner.cost.floors`` and, when
     ``exact_planner`` is given, that planner's optimum or bound over the space within
     ``reference_time_limit`` (default ``time_limit``) seconds. ``vs_in_space`` keeps the plain
     difference to ``reference``, negative when an out-of-space plan beats it.

@@ -86,7 +86,7 @@ def build_document(rows: list[dict], instances_by_file: dict, meta: dict) -> Doc
              "the best plan found instead. A cell without a number names what the runs ended with. "
              "Certificates speak only of plans inside the instance's search space: a plan outside it "
              "(marked out of space), or one that breaks a cap, is measured instead against the floor of "
-             "formulations/floors.py over the smallest space with every integer cut that holds it (marked "
+             "milp_planner/cost/floors.py over the smallest space with every integer cut that holds it (marked "
              "vs floor), so no gap is negative; when such a plan beats the in-space optimum, the cell says "
              "so (below the in-space optimum). docs/reports.md, 'Baselines outside the space'."))
     fixed = {s.file: [s.name + (" ✓" if s.certified else ("" if s.proven else " *")), s.objective,

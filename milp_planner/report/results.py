@@ -9,7 +9,7 @@ Gap rules (also in docs/reports.md):
   value that holds for the row's plan, so the gap is never negative. For a feasible plan inside
   the instance's search space it is the best bound (``ref_kind`` ``in-space optimum`` or
   ``in-space bound``). A plan outside the space, or one that breaks a cap, is not covered by
-  the in-space bound: its reference is the floor of ``formulations.floors`` over the smallest
+  the in-space bound: its reference is the floor of ``milp_planner.cost.floors`` over the smallest
   space with every integer cut that holds the plan (``ref_kind`` ``floor``;
   ``milp_planner.report.baselines``). ``vs_in_space`` keeps (value - best_bound) / value,
   negative when such a plan beats the in-space optimum. Empty without a reference.
