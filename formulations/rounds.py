@@ -7,7 +7,9 @@ worse than every plan left outside the graph (``sg.outside``) is optimal over th
 Otherwise the bound grows in small steps (the number of plans within a bound grows very fast
 near the optimum) and never beyond the best plan found, so the round after a feasible plan is
 found holds every better plan. Each round proves ``min(graph bound, sg.outside)`` a lower
-bound. Period and memory are not additive: one round over the whole space.
+bound. Period and memory are not additive: their floors (the mean device load, the mean
+weights) are weak, so once a round's min-max search (``formulations.minmax``) has met a plan,
+the next round enumerates every plan within it and certifies.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
     obj = ctx.objective
     deadline = None if ctx.time_limit is None else ctx.started + ctx.time_limit
     bounded = settings.bounded
+    minmax = obj in ("period", "memory")  # weak additive floors: the incumbent sets the bound
     try:
         bounds = layout_bounds(instance, obj, deadline=deadline, max_options=settings.max_options) if bounded else None
     except TimeoutError:
@@ -155,6 +158,8 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
         prev_arcs = sg.forward_arcs
         upper = max(sg.outside, upper * (1 + growth))
         if best is not None:
-            upper = min(upper, best.found.value)
-        if upper > 2 * max(lower, 1e-12):
+            # period and memory: the round within the incumbent certifies (a round too large
+            # for the budget falls back halfway, a bisection between the bound and it)
+            upper = best.found.value if minmax else min(upper, best.found.value)
+        if upper > 2 * max(lower, 1e-12) and not minmax:
             upper = math.inf
