@@ -332,7 +332,7 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
     top = min(inc_value, upper)
     labels = probes = 0
     lo = min(lo, top)
-    steps = [lo + (top - lo) * f for f in _PROBES] if math.isfinite(top) else [top]
+    steps = sorted({lo + (top - lo) * f for f in _PROBES}) if math.isfinite(top) else [top]
     for T in steps:
         probes += 1
         try:

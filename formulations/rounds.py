@@ -157,9 +157,15 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
         growth = growth * 2 if sg.forward_arcs <= 2 * prev_arcs + 1000 else max(growth / 2, 1e-4)
         prev_arcs = sg.forward_arcs
         upper = max(sg.outside, upper * (1 + growth))
-        if best is not None:
-            # period and memory: the round within the incumbent certifies (a round too large
-            # for the budget falls back halfway, a bisection between the bound and it)
-            upper = best.found.value if minmax else min(upper, best.found.value)
+        if minmax:
+            # period and memory: while the graphs stay tiny the bound doubles until a plan is
+            # met; the round within that incumbent certifies (a round too large for the budget
+            # falls back halfway: a bisection between the proven bound and the incumbent)
+            if best is not None:
+                upper = best.found.value
+            elif sg.forward_arcs < 2000:
+                upper = max(upper, 2 * done_upper)
+        elif best is not None:
+            upper = min(upper, best.found.value)
         if upper > 2 * max(lower, 1e-12) and not minmax:
             upper = math.inf

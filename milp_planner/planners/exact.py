@@ -197,8 +197,6 @@ class DPPlanner(ExactPlanner):
     def stop_message(self, ex: Exploration) -> str:
         if ex.certified or ex.timed_out:
             return super().stop_message(ex)
-        if ex.found is not None and ex.found.bound is None:
-            return "dp is exact for latency and energy only; this plan minimises latency"
         if ex.graph is not None and ex.graph.objective in MINMAX:
             return ("the min-max label search stopped at its label budget (max_labels); the plan is the best "
                     "found and the bound is proven")
