@@ -139,7 +139,8 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
                 lower = max(lower, min(sg.outside, in_graph if in_graph is not None else -math.inf))
             elif in_graph is not None and math.isfinite(in_graph):
                 lower = in_graph
-            if found.optimal and found.arcs and found.value <= sg.outside * (1 + 1e-9):
+            # the plan's own value (a solver's may be rounded: CP-SAT's integer units)
+            if found.optimal and found.arcs and sg.path_value(found.arcs, obj) <= sg.outside * (1 + 1e-9):
                 return Exploration(sg, found, lower if bounded else found.bound, True, rounds, build_s)
             if found.infeasible and whole and found.cutoff is None:
                 return Exploration(sg, None, lower, False, rounds, build_s, infeasible=True)
@@ -162,6 +163,8 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
             # met; the round within that incumbent certifies (a round too large for the budget
             # falls back halfway: a bisection between the proven bound and the incumbent)
             if best is not None:
+                if best.found.value <= done_upper * (1 + 1e-12):  # this round held it: nothing more to gain
+                    return stop()
                 upper = best.found.value
             elif sg.forward_arcs < 2000:
                 upper = max(upper, 2 * done_upper)
