@@ -345,6 +345,9 @@ def undominated(cost: np.ndarray, res: np.ndarray) -> np.ndarray:
     return np.array(kept, dtype=np.int64)
 
 
+_undominated = undominated  # the former private name (tests/test_caps.py)
+
+
 def _extend(C, Wl, Ml, gid, A, heads, cost, suf, W, K, capv, slack, support, pending, priced):
     """Cross labels (cost ``C``, weights ``Wl``, largest working sets ``Ml``) with the arcs ``A``
     of their node; append the survivors to ``pending`` at each head, mark their arcs and
