@@ -22,7 +22,6 @@ import time
 from formulations.caps import Fixing
 from formulations.certificate import Exploration, GraphSolve, SpaceTimeout, disagreement
 from formulations.diagnosis import explain_infeasible
-from formulations.dp import ADDITIVE
 from formulations.minmax import MINMAX
 from formulations.drivers import solve_cpsat, solve_dp, solve_highs
 from formulations.rounds import RoundSettings, explore
