@@ -159,14 +159,14 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
         prev_arcs = sg.forward_arcs
         upper = max(sg.outside, upper * (1 + growth))
         if minmax:
-            # period and memory: while the graphs stay tiny the bound doubles until a plan is
+            # period and memory: while the graphs stay tiny (< 200 arcs) the bound doubles until a plan is
             # met; the round within that incumbent certifies (a round too large for the budget
             # falls back halfway: a bisection between the proven bound and the incumbent)
             if best is not None:
                 if best.found.value <= done_upper * (1 + 1e-12):  # this round held it: nothing more to gain
                     return stop()
                 upper = best.found.value
-            elif sg.forward_arcs < 2000:
+            elif sg.forward_arcs < 200:
                 upper = max(upper, 2 * done_upper)
         elif best is not None:
             upper = min(upper, best.found.value)
