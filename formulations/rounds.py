@@ -159,9 +159,9 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
         prev_arcs = sg.forward_arcs
         upper = max(sg.outside, upper * (1 + growth))
         if minmax:
-            # period and memory: while the graphs stay tiny (< 200 arcs) the bound doubles until a plan is
-            # met; the round within that incumbent certifies (a round too large for the budget
-            # falls back halfway: a bisection between the proven bound and the incumbent)
+            # period and memory: while the graphs stay tiny (under 200 arcs) the bound doubles
+            # until a plan is met; the round within that incumbent certifies (a round too large
+            # for the budget falls back halfway: a bisection between the bound and the incumbent)
             if best is not None:
                 if best.found.value <= done_upper * (1 + 1e-12):  # this round held it: nothing more to gain
                     return stop()
