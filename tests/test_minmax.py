@@ -136,6 +136,7 @@ def test_tiny_residual_3dev_reference_optima(planner):
         assert res.value == pytest.approx(expected, rel=1e-6, abs=res.info.get("tolerance", 0.0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["period", "memory"])
 def test_minmax_search_stopped_early_returns_a_proven_interval(objective):
     inst = residual3_shared()
