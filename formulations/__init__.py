@@ -5,6 +5,8 @@
 - ``shortest_path(sg, objective)``: the dynamic program (``dp``);
 - ``capped_shortest_path(sg, objective, caps)`` and ``lagrangian_fixing``: the exact search and
   the Lagrangian bounds with memory caps (``caps``);
+- ``minmax_search(sg, "period" | "memory")``: the exact min-max label search with threshold
+  probes (``minmax``);
 - ``build_milp(sg, objective)``: a Pyomo ``ConcreteModel`` (``milp``), HiGHS by default;
 - ``build_cpsat(sg, objective)``: an OR-Tools ``CpModel`` with handles (``cpsat``);
 - ``sg.plan_from_arcs(arcs)``: a solved model back into a ``Plan``;
@@ -20,6 +22,7 @@
 
 from formulations.caps import CappedPath, Fixing, capped_shortest_path, lagrangian_fixing
 from formulations.cpsat import CpsatModel, build_cpsat
+from formulations.minmax import MinMaxResult, minmax_search
 from formulations.dp import prefix_suffix, shortest_path
 from formulations.milp import build_milp, solution_arcs
 from formulations.stagegraph import Arc, StageGraph, StageOption, build_stage_graph, stage_options
@@ -34,4 +37,4 @@ __all__ = ["Arc", "StageGraph", "StageOption", "build_stage_graph", "stage_optio
            "prefix_suffix", "capped_shortest_path", "lagrangian_fixing", "CappedPath", "Fixing", "build_milp", "solution_arcs", "build_cpsat", "CpsatModel",
            "WarmStart", "dp_warm_start", "GraphSolve", "Exploration", "solve_dp", "solve_highs", "solve_cpsat",
            "RoundSettings", "explore", "explain_infeasible",
-           "ParetoFront", "ParetoPoint", "pareto_front"]
+           "ParetoFront", "ParetoPoint", "pareto_front", "MinMaxResult", "minmax_search"]

@@ -324,7 +324,7 @@ class LabelLimit(RuntimeError):
     """The label search kept more labels than allowed (or ran out of time)."""
 
 
-def _undominated(cost: np.ndarray, res: np.ndarray) -> np.ndarray:
+def undominated(cost: np.ndarray, res: np.ndarray) -> np.ndarray:
     """Indices of the labels no other label dominates (no larger cost and no larger resource,
     ties kept once), in increasing cost."""
     order = np.lexsort(tuple(res.T[::-1]) + (cost,))
@@ -344,6 +344,9 @@ def _undominated(cost: np.ndarray, res: np.ndarray) -> np.ndarray:
         kept.extend(order[lo + sel])
         kv = np.vstack([kv, x[sel]])
     return np.array(kept, dtype=np.int64)
+
+
+_undominated = undominated  # the former private name (tests/test_caps.py)
 
 
 def _extend(C, Wl, Ml, gid, A, heads, cost, suf, W, K, capv, slack, support, pending, priced):
@@ -437,7 +440,7 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
         par = np.concatenate([c[3] for c in chunks])
         arc = np.concatenate([c[4] for c in chunks])
         waiting -= len(C)
-        keep = _undominated(C, np.hstack([Wl, Ml]).astype(float)) if len(C) > 1 else np.arange(len(C))
+        keep = undominated(C, np.hstack([Wl, Ml]).astype(float)) if len(C) > 1 else np.arange(len(C))
         C, Wl, Ml = C[keep], Wl[keep], Ml[keep]
         gid = n_kept + np.arange(len(C))
         parents.append(par[keep])

@@ -43,6 +43,14 @@ def solve_dp(sg: StageGraph, objective: str, ws: WarmStart) -> GraphSolve:
     return GraphSolve(ws.arcs, ws.value, ws.bound, optimal)
 
 
+def _none_within(ws: WarmStart, cut: float | None) -> GraphSolve:
+    """The fixing left no arc within the cutoff: proven infeasible up to it. A warm start that
+    meets the caps above the cutoff (a min-max search's plan) is kept for the next round."""
+    above = ws.feasible and ws.capped_exact and cut is not None and ws.value > loose(cut)
+    return GraphSolve(list(ws.arcs) if above else [], ws.value if above else None, None, False, infeasible=True,
+                      cutoff=cut, info={"model_arcs": 0})
+
+
 def solve_highs(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, solver_name: str = "appsi_highs",
                 fix_arcs: bool = True, log: bool = False) -> GraphSolve:
     """The path-flow MILP of ``formulations.milp`` over the arcs that survive fixing, with the
@@ -57,10 +65,11 @@ def solve_highs(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, solver_nam
     ctx.report(phase=f"MILP ({solver_name}) on {len(keep) if keep is not None else len(sg.arcs):,} arcs",
                incumbent=ws.incumbent, bound=ws.bound, force=True)
     if keep is not None and not set(sg.out_arcs[sg.source]) & set(keep):  # nothing within the cutoff
-        return GraphSolve([], None, None, False, infeasible=True, cutoff=cut, info={"model_arcs": 0})
+        return _none_within(ws, cut)
     m = build_milp(sg, obj, arcs=keep)
     if cut is not None:
-        m.cutoff = pyo.Constraint(expr=getattr(m, obj) <= loose(cut))
+        target = m.peak if obj == "memory" else getattr(m, obj)
+        m.cutoff = pyo.Constraint(expr=target <= loose(cut) / objective_unscale(m))
     if ws.feasible:
         chosen = set(ws.arcs)
         for a in m.ARCS:
@@ -108,11 +117,14 @@ def solve_cpsat(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, fix_arcs: 
     cut = cutoff(sg, obj, ws)
     keep = pruned_arcs(sg, obj, cut, ws.fixing, ws.support) if fix_arcs else None
     if keep is not None and not set(sg.out_arcs[sg.source]) & set(keep):  # nothing within the cutoff
-        return GraphSolve([], None, None, False, infeasible=True, cutoff=cut, info={"model_arcs": 0})
+        return _none_within(ws, cut)
     ctx.report(phase=f"CP-SAT on {len(keep) if keep is not None else len(sg.arcs):,} arcs",
                incumbent=ws.incumbent, bound=ws.bound, force=True)
     cm = build_cpsat(sg, obj, arcs=keep)
-    if cut is not None:
+    if cut is not None and obj == "memory":  # bytes, exact: every device within the cutoff
+        for mem in cm.memory.values():
+            cm.model.Add(mem <= math.floor(loose(cut)))
+    elif cut is not None:
         cm.model.Add(getattr(cm, obj) <= math.ceil(loose(cut) * cm.scale + (cm.n_layers + 1) * 0.5))
     if ws.feasible:
         chosen = set(ws.arcs)

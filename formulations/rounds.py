@@ -7,7 +7,9 @@ worse than every plan left outside the graph (``sg.outside``) is optimal over th
 Otherwise the bound grows in small steps (the number of plans within a bound grows very fast
 near the optimum) and never beyond the best plan found, so the round after a feasible plan is
 found holds every better plan. Each round proves ``min(graph bound, sg.outside)`` a lower
-bound. Period and memory are not additive: one round over the whole space.
+bound. Period and memory are not additive: their floors (the mean device load, the mean
+weights) are weak, so once a round's min-max search (``formulations.minmax``) has met a plan,
+the next round enumerates every plan within it and certifies.
 
 An incumbent (the anytime start's plan, in the space and within the caps) caps the bound the
 same way from the first round, and the rounds end as soon as their proven bound reaches it.
@@ -122,6 +124,7 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
     deadline = None if ctx.time_limit is None else ctx.started + ctx.time_limit
     bounded = settings.bounded
     cap_at = math.inf if incumbent is None or not math.isfinite(incumbent) else loose(incumbent)
+    minmax = obj in ("period", "memory")  # weak additive floors: the incumbent sets the bound
     try:
         bounds = layout_bounds(instance, obj, deadline=deadline, max_options=settings.max_options,
                                symmetry=settings.symmetry) if bounded else None
@@ -186,7 +189,8 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
                 st.lower = max(st.lower, min(sg.outside, in_graph if in_graph is not None else -math.inf))
             elif in_graph is not None and math.isfinite(in_graph):
                 st.lower = in_graph
-            if found.optimal and found.arcs and found.value <= sg.outside * (1 + 1e-9):
+            # the plan's own value (a solver's may be rounded: CP-SAT's integer units)
+            if found.optimal and found.arcs and sg.path_value(found.arcs, obj) <= sg.outside * (1 + 1e-9):
                 return Exploration(sg, found, st.lower if bounded else found.bound, True, st.rounds, st.build_s)
             if found.infeasible and whole and found.cutoff is None:
                 if incumbent is not None:
@@ -206,9 +210,19 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         growth = growth * 2 if sg.forward_arcs <= 2 * prev_arcs + 1000 else max(growth / 2, 1e-4)
         prev_arcs = sg.forward_arcs
         upper = max(sg.outside, upper * (1 + growth))
-        if st.best is not None:
+        if minmax:
+            # period and memory: while the graphs stay tiny (under 200 arcs) the bound doubles
+            # until a plan is met; the round within that incumbent certifies (a round too large
+            # for the budget falls back halfway: a bisection between the bound and the incumbent)
+            if st.best is not None:
+                if st.best.found.value <= done_upper * (1 + 1e-12):  # this round held it: nothing more to gain
+                    return st.stop()
+                upper = st.best.found.value
+            elif sg.forward_arcs < 200:
+                upper = max(upper, 2 * done_upper)
+        elif st.best is not None:
             upper = min(upper, st.best.found.value)
-        if upper > 2 * max(st.lower, 1e-12):
+        if upper > 2 * max(st.lower, 1e-12) and not minmax:
             upper = math.inf
         if bounded:
             upper = min(upper, cap_at)  # no plan worse than the incumbent is needed

@@ -2,7 +2,8 @@
 
 ``dp_warm_start`` gives a plan to start the solvers from, with the DP's lower bound; with
 binding memory caps it runs the Lagrangian bounds and the capped label search of
-``formulations.caps``. ``pruned_arcs`` keeps the arcs that can still be part of a plan no worse
+``formulations.caps``; for period and memory it is the exact min-max search of
+``formulations.minmax``. ``pruned_arcs`` keeps the arcs that can still be part of a plan no worse
 than a cutoff (exact reduced-cost fixing); ``cutoff`` says which value a round's solver needs
 to look below.
 """
@@ -18,6 +19,7 @@ import numpy as np
 from formulations.caps import Fixing, LabelLimit, PathArrays, capped_shortest_path, lagrangian_fixing
 from formulations.certificate import loose
 from formulations.dp import ADDITIVE, arc_cost, prefix_suffix, shortest_path, terminal_cost
+from formulations.minmax import MINMAX, minmax_search
 from formulations.stagegraph import StageGraph
 
 from milp_planner.cost.evaluator import evaluate_stages
@@ -83,7 +85,10 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None,
     exact); past its label budget (``max_labels``) or the deadline, ``lagrange_rounds``
     Lagrangian rounds price the overflowing devices' memory into the arc costs instead.
     ``prior``: an earlier round's ``fixing``, whose multipliers shrink this round's LP.
+    Period and memory: ``minmax_warm_start``.
     """
+    if objective in MINMAX:
+        return minmax_warm_start(sg, objective, deadline, max_labels=max_labels)
     inst = sg.instance
     dp_obj = objective if objective in ADDITIVE else "latency"
     base = arc_cost(sg, dp_obj)
@@ -160,6 +165,29 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None,
     return WarmStart(best[0], best[1].value(objective), bound, True, fixing=fixing)
 
 
+def minmax_warm_start(sg: StageGraph, objective: str, deadline: float | None = None, *,
+                      max_labels: int = 2_000_000) -> WarmStart:
+    """The exact min-max search (``formulations.minmax``) over one round's graph, as a warm start.
+
+    Within the round's bound (the whole graph when it left nothing out): the best plan that
+    meets the caps (``capped_exact``, its ``bound`` its value, ``support`` the arcs a plan no
+    worse than it needs), or the proof that there is none (``capped_exact``, a plan above the
+    bound when the search met one). Stopped by ``max_labels`` or the deadline: the best plan
+    found and the proven bound, for the solvers to go on from.
+    """
+    partial = sg.upper is not None and math.isfinite(sg.outside)
+    upper = sg.upper if partial else math.inf
+    res = minmax_search(sg, objective, upper=upper, max_labels=max_labels, deadline=deadline)
+    value = sg.path_value(res.arcs, objective) if res.arcs else math.inf
+    if res.stopped:
+        return WarmStart(res.arcs, value, res.lower, bool(res.arcs))
+    if res.optimal:
+        return WarmStart(res.arcs, value, value, True, capped_exact=True,
+                         support=CapsSupport(res.support_T, res.support))
+    return WarmStart(res.arcs, value, upper, bool(res.arcs), capped_exact=True,
+                     support=CapsSupport(upper, np.zeros(len(sg.arcs), dtype=bool)))
+
+
 def plan_stages(sg: StageGraph, arcs) -> list[tuple]:
     """The arcs of a path as the evaluator's stage tuples, in layer order."""
     out = []
@@ -180,8 +208,6 @@ def cutoff(sg: StageGraph, objective: str, ws: WarmStart) -> float | None:
     """The value a solver of one round's graph needs to look below: the warm start's when it
     meets the caps, else the round's bound (a plan above it is looked for in the next round,
     which holds every plan up to a larger bound). None: look at every plan."""
-    if objective not in ADDITIVE:
-        return None
     partial = sg.upper is not None and math.isfinite(sg.outside)  # the round left plans out
     cut = min(ws.value if ws.feasible else math.inf, sg.upper if partial else math.inf)
     return cut if math.isfinite(cut) else None
@@ -191,20 +217,21 @@ def pruned_arcs(sg: StageGraph, objective: str, upper: float | None, fixing: Fix
                 support: CapsSupport | None = None) -> list[int]:
     """Arcs that can be part of a feasible plan no worse than ``upper``.
 
-    An arc that alone overflows a device's memory is never feasible; with an ``upper`` bound
-    on an additive objective, an arc whose best path (DP prefix + arc + suffix) exceeds it
+    An arc that alone overflows a device's memory is never feasible, nor one outside the
+    ``support`` of a label search (capped or min-max) whose bound covers ``upper``: a plan no
+    worse than any plan that uses it uses only the support. With an ``upper`` bound on an
+    additive objective, an arc whose best path (DP prefix + arc + suffix) exceeds it
     cannot be optimal either (exact reduced-cost fixing), nor can one whose Lagrangian bound
-    under the memory caps (``fixing``) exceeds it, nor one outside the ``support`` of the
-    capped label search (no plan within the caps and its bound uses it).
+    under the memory caps (``fixing``) exceeds it.
     """
     caps = memory_caps(sg)
     ok = [not overflows(arc, caps) for arc in sg.arcs]
+    if support is not None and (math.inf if upper is None else upper) <= support.bound:
+        ok = [o and bool(f) for o, f in zip(ok, support.arcs)]
     if upper is None or objective not in ADDITIVE:
         return [a for a in range(len(sg.arcs)) if ok[a]]
     if fixing is not None:
         ok = [o and bool(f) for o, f in zip(ok, fixing.keep(upper))]
-    if support is not None and upper <= support.bound:
-        ok = [o and bool(f) for o, f in zip(ok, support.arcs)]
     cost = [c if ok[a] else math.inf for a, c in enumerate(arc_cost(sg, objective))]
     pre, suf = prefix_suffix(sg, cost, terminal_cost(sg, objective))
     slack = upper * (1 + 1e-9) + 1e-12

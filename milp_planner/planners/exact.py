@@ -24,7 +24,7 @@ from formulations.caps import Fixing
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, disagreement
 from milp_planner.cost.floors import lower_floor
 from formulations.diagnosis import explain_infeasible
-from formulations.dp import ADDITIVE
+from formulations.minmax import MINMAX
 from formulations.drivers import solve_cpsat, solve_dp, solve_highs
 from formulations.rounds import RoundSettings, explore
 from formulations.stagegraph import StageGraph, stage_options
@@ -59,14 +59,15 @@ def _solver_available(name: str) -> str | None:
 
 #: the options of the rounds (``formulations.rounds.RoundSettings``) and of the DP warm start
 ROUND_OPTIONS = (
-    Option("bounded", bool, True, "enumerate only plans within an upper bound (latency, energy)"),
+    Option("bounded", bool, True, "enumerate only plans within an upper bound"),
     Option("max_arcs", int, 3_000_000, "most stage arcs in the graph", ge=1, le=10**9),
     Option("max_options", int, 250_000, "most stage options per layer range", ge=1, le=10**9),
     Option("delta", float, 0.0025, "first round's relative window above the bound", ge=0, le=1e6),
     Option("round_budget", int, 60_000, "arcs one round may enumerate", ge=1, le=10**9),
     Option("growth", float, 0.002, "relative window growth per round", gt=0, le=1e6),
     Option("capped_search", bool, True, "resource-constrained DP search under memory caps"),
-    Option("max_labels", int, 2_000_000, "label budget of the capped DP search", ge=1, le=10**9),
+    Option("max_labels", int, 2_000_000, "label budget of the capped and the min-max label searches",
+           ge=1, le=10**9),
     Option("lagrange_rounds", int, 12, "Lagrangian price rounds", ge=0, le=10**6),
     Option("symmetry", bool, True, "plans equal up to exchanging interchangeable devices are one plan"),
 )
@@ -170,7 +171,7 @@ class ExactPlanner(Planner):
         (``formulations.rounds.explore``); ``solve_graph`` defaults to this planner's;
         ``incumbent`` is the objective of a plan of the space that meets the caps."""
         settings = RoundSettings(
-            bounded=bool(ctx.objective in ADDITIVE and self.options.get("bounded", True)),
+            bounded=bool(self.options.get("bounded", True)),
             max_arcs=int(self.options.get("max_arcs", 3_000_000)),
             max_options=int(self.options.get("max_options", 250_000)),
             delta=float(self.options.get("delta", 0.0025)),
@@ -311,15 +312,16 @@ class ExactPlanner(Planner):
 
 class DPPlanner(ExactPlanner):
     name = "dp"
-    description = ("dynamic program over stage boundaries and tensor layouts (exact for latency/energy; "
-                   "with memory caps through a resource-constrained search within a label budget)")
+    description = ("dynamic program over stage boundaries and tensor layouts (shortest paths for latency/energy; "
+                   "label searches for memory caps, period and memory, within a label budget)")
     source = "this project (docs/model.md, lessons measured); shortest path over the stage graph"
 
     def stop_message(self, ex: Exploration) -> str:
         if ex.certified or ex.timed_out or ex.memory_out or ex.refused:
             return super().stop_message(ex)
-        if ex.found is not None and ex.found.bound is None:
-            return "dp is exact for latency and energy only; this plan minimises latency"
+        if ex.graph is not None and ex.graph.objective in MINMAX:
+            return ("the min-max label search stopped at its label budget (max_labels); the plan is the best "
+                    "found and the bound is proven")
         return ("caps bind: this is a feasible plan (the DP's, repaired); the bound is the DP without caps. "
                 "Use --planner milp or cpsat to certify")
 

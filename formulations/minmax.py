@@ -1,0 +1,360 @@
+"""Exact min-max search over the stage graph: period and memory.
+
+Period (the largest device load, or with a shared medium also the summed transfers) and memory
+(the largest weights plus working set of a device) are not sums along a path, so the DP's
+shortest path does not give them. They are resource-constrained paths instead:
+
+- a **label** at a node is what a partial plan has accumulated: each device's load (period),
+  the medium's transfer time (shared medium), each device's summed weights and largest working
+  set (memory, or the memory caps), the latency and energy when those are capped;
+- a label is dropped when another label at its node is nowhere worse (Pareto dominance, in numpy:
+  ``formulations.caps.undominated``), or when its **floor** exceeds the threshold ``T`` or breaks
+  a cap: per device, what it holds plus the least that device must still take on after the node
+  (a backward pass per device: the cheapest suffix load, the lightest suffix weights, the smallest
+  largest working set), and the mean over the devices (the loads or weights held plus the
+  cheapest suffix of their sum; for memory plus the larger of the working sets held and the
+  smallest largest summed working set of a stage still to come);
+- labels are processed in boundary order, so the label search with threshold ``T`` (a **probe**)
+  returns the best plan whose value is at most ``T`` (exact: every such plan's prefixes have
+  floors at most ``T``, and dominance keeps one no worse), or proves there is none.
+
+The **threshold search** (``minmax_search``) finds an incumbent with a few scalarised shortest
+paths, then probes increasing thresholds between the proven lower bound and the incumbent (a
+small threshold keeps far fewer labels): an empty probe proves its threshold a lower bound, the
+first probe with a plan gives the optimum. A label budget or a deadline stops it with the proven
+interval ``[lower, incumbent]``.
+
+>>> from formulations.minmax import minmax_search                  # doctest: +SKIP
+>>> res = minmax_search(sg, "period")                              # doctest: +SKIP
+>>> res.optimal, res.value, res.lower, sg.plan_from_arcs(res.arcs)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from formulations.caps import PathArrays, cap_arrays, undominated
+from formulations.stagegraph import StageGraph
+
+MINMAX = ("period", "memory")
+_PROBES = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)  # thresholds tried, as fractions of the way from the bound to the incumbent
+
+
+class LabelBudget(RuntimeError):
+    """A probe kept more labels than allowed, or ran past the deadline."""
+
+
+@dataclass
+class MinMaxResult:
+    """What ``minmax_search`` proved over one stage graph.
+
+    ``arcs``/``value``: the best plan found that meets the caps (empty / inf: none), as the
+    graph's arc data price it; ``lower``: every plan of the graph that meets the caps and is
+    worth at most ``upper`` (the search's cutoff) is worth at least this; ``optimal``: the plan is
+    the best of the graph within the cutoff; ``none_within``: proven that no plan meeting the caps
+    is worth at most the cutoff (``arcs`` may still hold one above it); ``support``: bool per arc,
+    the arcs some kept label of the last complete probe crossed (every plan within that probe's
+    threshold is matched by one no worse that uses only these), with that threshold ``support_T``.
+    """
+
+    arcs: list[int]
+    value: float
+    lower: float
+    optimal: bool
+    none_within: bool = False
+    stopped: bool = False
+    support: np.ndarray | None = None
+    support_T: float = math.inf
+    labels: int = 0
+    probes: int = 0
+
+
+class _Problem:
+    """The graph's arcs as label columns: summed columns ``add`` and maxed columns ``mx``, their
+    terminal values and the suffix floors, and how a label's floor and caps are read."""
+
+    def __init__(self, sg: StageGraph, objective: str, pa: PathArrays):
+        inst = sg.instance
+        n_arcs, n_dev = len(sg.arcs), len(inst.devices)
+        self.objective, self.n_dev, self.pa = objective, n_dev, pa
+        caps = [dev.memory_bytes if inst.constraints.memory else None for dev in inst.devices]
+        capped, capv, Wc, Kc, self.usable = cap_arrays(sg, caps)
+        term_nodes = pa.term_nodes
+        terms = [sg.terminals[int(t)] for t in term_nodes]
+        add, tadd, mx = [], [], []
+        W = np.array([a.weights for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
+        K = np.array([a.working for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
+        self.shared = objective == "period" and inst.network.medium == "shared"
+        if objective == "period":
+            L = np.array([a.load for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
+            add += list(L.T)
+            tadd += list(np.array([t.load for t in terms], dtype=float).reshape(len(terms), n_dev).T)
+            self.obj_add = list(range(n_dev))
+            if self.shared:
+                self.x_col = len(add)
+                add.append(np.array([a.transfer_s for a in sg.arcs], dtype=float))
+                tadd.append(np.array([t.gather_s for t in terms], dtype=float))
+            # memory caps: only the devices some path can overflow need columns
+            self.cap_dev = [d for d, c in zip(capped, capv) if self._can_overflow(W[:, d], K[:, d], c)]
+        else:
+            self.obj_add = list(range(n_dev))
+            add += list(W.T)
+            tadd += [np.zeros(len(terms))] * n_dev
+            mx += list(K.T)
+            self.cap_dev = list(capped)
+        self.cap = np.array([caps[d] for d in self.cap_dev], dtype=float)
+        if objective == "period":  # the capped devices' weights and working sets
+            self.cap_w = list(range(len(add), len(add) + len(self.cap_dev)))
+            self.cap_m = list(range(len(mx), len(mx) + len(self.cap_dev)))
+            add += [W[:, d] for d in self.cap_dev]
+            tadd += [np.zeros(len(terms))] * len(self.cap_dev)
+            mx += [K[:, d] for d in self.cap_dev]
+        else:
+            self.cap_w, self.cap_m = list(self.cap_dev), list(self.cap_dev)
+        self.limits = []  # (column, cap) of the capped latency and energy
+        for name, limit, vals, tvals in (
+                ("latency", inst.constraints.latency_s, [a.tau for a in sg.arcs], [t.gather_s for t in terms]),
+                ("energy", inst.constraints.energy_j, [a.energy for a in sg.arcs], [t.energy for t in terms])):
+            if limit is not None:
+                self.limits.append((len(add), float(limit) * (1 + 1e-9)))
+                add.append(np.array(vals, dtype=float))
+                tadd.append(np.array(tvals, dtype=float))
+        self.add = np.column_stack(add) if add else np.zeros((n_arcs, 0))
+        self.mx = np.column_stack(mx) if mx else np.zeros((n_arcs, 0))
+        self.term_add = np.full((sg.n_nodes, self.add.shape[1]), np.inf)
+        if len(term_nodes):
+            self.term_add[term_nodes] = np.column_stack(tadd) if tadd else np.zeros((len(term_nodes), 0))
+        self.is_term = np.zeros(sg.n_nodes, dtype=bool)
+        self.is_term[term_nodes] = True
+        # suffix floors: per column, the least still to come after each node
+        use = self.usable
+        self.suf_add = np.column_stack(
+            [pa.suffix(np.where(use, self.add[:, j], np.inf), self.term_add[term_nodes, j])
+             for j in range(self.add.shape[1])]) if self.add.shape[1] else np.zeros((sg.n_nodes, 0))
+        self.suf_mx = np.column_stack([self._bottleneck(np.where(use, self.mx[:, j], np.inf))
+                                       for j in range(self.mx.shape[1])]) if self.mx.shape[1] else \
+            np.zeros((sg.n_nodes, 0))
+        # the mean over the devices: their summed loads (weights) still to come, and for
+        # memory the largest summed working set of a stage still to come
+        total = self.add[:, self.obj_add].sum(axis=1)
+        self.suf_sum = pa.suffix(np.where(use, total, np.inf), self.term_add[term_nodes][:, self.obj_add].sum(axis=1))
+        if objective == "memory":
+            self.suf_ksum = self._bottleneck(np.where(use, self.mx[:, self.obj_add].sum(axis=1), np.inf))
+
+    @staticmethod
+    def _can_overflow(w, k, cap) -> bool:
+        return float(w.sum()) + float(k.max(initial=0.0)) > cap
+
+    def _bottleneck(self, cost: np.ndarray) -> np.ndarray:
+        """Per node: the smallest largest arc value over the paths to a terminal."""
+        pa = self.pa
+        dist = np.full(pa.n, np.inf)
+        dist[pa.term_nodes] = 0.0
+        for r, tails, starts in pa.backward:
+            vals = np.maximum(cost[r], dist[pa.head[r]])
+            dist[tails] = np.minimum(dist[tails], np.minimum.reduceat(vals, starts))
+        return dist
+
+    def floor(self, S: np.ndarray, M: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(floor of the objective, meets the caps) for labels ``S``/``M`` at nodes ``at``; at a
+        terminal the floor is the plan's value."""
+        E = S + self.suf_add[at]
+        Mm = np.maximum(M, self.suf_mx[at]) if M.shape[1] else M
+        if self.objective == "period":
+            v = E[:, self.obj_add].max(axis=1)
+            v = np.maximum(v, (S[:, self.obj_add].sum(axis=1) + self.suf_sum[at]) / self.n_dev)
+            if self.shared:
+                v = np.maximum(v, E[:, self.x_col])
+        else:
+            v = (E[:, self.obj_add] + Mm[:, self.obj_add]).max(axis=1)
+            held = S[:, self.obj_add].sum(axis=1) + self.suf_sum[at]
+            v = np.maximum(v, (held + np.maximum(M[:, self.obj_add].sum(axis=1), self.suf_ksum[at])) / self.n_dev)
+        ok = np.ones(len(S), dtype=bool)
+        if len(self.cap_dev):
+            ok &= ((E[:, self.cap_w] + Mm[:, self.cap_m]) <= self.cap).all(axis=1)
+        for col, limit in self.limits:
+            ok &= E[:, col] <= limit
+        return v, ok
+
+    def path_floor(self, arcs: list[int], end: int) -> tuple[float, bool]:
+        """A path's value and whether it meets the caps, from the same columns."""
+        S = self.add[arcs].sum(axis=0, keepdims=True)
+        M = self.mx[arcs].max(axis=0, keepdims=True) if self.mx.shape[1] else np.zeros((1, 0))
+        v, ok = self.floor(S, M, np.array([end]))
+        return float(v[0]), bool(ok[0])
+
+
+def _heuristic(sg: StageGraph, prob: _Problem, iterations: int = 16) -> tuple[list[int], float] | None:
+    """A good plan that meets the caps: shortest paths under a few weightings of the devices
+    (multiplicative weights towards the busiest one), the best of them."""
+    pa = prob.pa
+    n_dev, obj_cols = prob.n_dev, prob.obj_add
+    base = prob.add[:, obj_cols] + (prob.mx if prob.objective == "memory" else 0.0)
+    tbase = prob.term_add[pa.term_nodes][:, obj_cols]
+    extra = [np.array([a.tau for a in sg.arcs], dtype=float)]
+    textra = [np.array([sg.terminals[int(t)].gather_s for t in pa.term_nodes], dtype=float)]
+    w = np.full(n_dev, 1.0 / n_dev)
+    best = None
+    for it in range(iterations + 1):
+        if it == 0:  # the fastest plan first
+            c, tc = extra[0], textra[0]
+        else:
+            c, tc = base @ w, tbase @ w
+            if prob.shared:
+                c = c + prob.add[:, prob.x_col] * w.max()
+                tc = tc + prob.term_add[pa.term_nodes, prob.x_col] * w.max()
+        c = np.where(prob.usable, c, np.inf)
+        dist = pa.prefix(c)
+        ends = dist[pa.term_nodes] + tc
+        t = int(np.argmin(ends))
+        if not math.isfinite(ends[t]):
+            return best
+        end = int(pa.term_nodes[t])
+        arcs = pa.path_to(dist, c, end)
+        value, ok = prob.path_floor(arcs, end)
+        if ok and (best is None or value < best[1]):
+            best = (arcs, value)
+        # per-device values of this path: move weight towards the largest
+        per = prob.add[arcs][:, obj_cols].sum(axis=0) + prob.term_add[end, obj_cols]
+        if prob.objective == "memory":
+            per = per + prob.mx[arcs].max(axis=0)
+        top = float(per.max())
+        if top <= 0:
+            break
+        w = w * np.exp(2.0 * per / top)
+        w = w / w.sum()
+    return best
+
+
+def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: float | None):
+    """The best plan worth at most ``T`` that meets the caps: (arcs, value) or None, the labels
+    kept and the support (bool per arc). Raises ``LabelBudget``."""
+    pa = prob.pa
+    slack = T * (1 + 1e-9) + 1e-15 if math.isfinite(T) else math.inf
+    nA, nM = prob.add.shape[1], prob.mx.shape[1]
+    bnd = np.fromiter((b for b, _ in sg.nodes), dtype=np.int64, count=sg.n_nodes)
+    out_arcs = [np.array([a for a in arcs if prob.usable[a]], dtype=np.int64) for arcs in sg.out_arcs]
+    support = np.zeros(len(sg.arcs), dtype=bool)
+    pending: list[list] = [[] for _ in range(sg.n_nodes)]
+    pending[sg.source].append((np.zeros((1, nA)), np.zeros((1, nM)), np.full(1, -1, np.int64),
+                               np.full(1, -1, np.int64)))
+    parents, via = [], []
+    n_kept, best = 0, None
+    for v in np.argsort(bnd, kind="stable"):
+        chunks = pending[v]
+        pending[v] = []
+        if not chunks:
+            continue
+        S = np.concatenate([c[0] for c in chunks])
+        M = np.concatenate([c[1] for c in chunks])
+        par = np.concatenate([c[2] for c in chunks])
+        arc = np.concatenate([c[3] for c in chunks])
+        if len(S) > 1:
+            keep = undominated(S[:, 0], np.hstack([S[:, 1:], M]))
+            S, M, par, arc = S[keep], M[keep], par[keep], arc[keep]
+        gid = n_kept + np.arange(len(S))
+        parents.append(par)
+        via.append(arc)
+        n_kept += len(S)
+        if n_kept > max_labels:
+            raise LabelBudget(f"more than {max_labels:,} labels")
+        if deadline is not None and time.perf_counter() > deadline:
+            raise LabelBudget("the time limit ran out")
+        if prob.is_term[v]:
+            val, ok = prob.floor(S, M, np.full(len(S), v))
+            val = np.where(ok, val, np.inf)
+            i = int(np.argmin(val))
+            if val[i] <= slack and (best is None or val[i] < best[0]):
+                best = (float(val[i]), int(gid[i]))
+        A = out_arcs[v]
+        if not len(A):
+            continue
+        heads = pa.head[A]
+        step = max(1, 400_000 // (len(A) * max(1, nA + nM)))  # labels per block: bounded temporaries
+        for lo in range(0, len(S), step):
+            Sb, Mb, gb = S[lo:lo + step], M[lo:lo + step], gid[lo:lo + step]
+            S2 = (Sb[:, None, :] + prob.add[A][None, :, :]).reshape(-1, nA)
+            M2 = np.maximum(Mb[:, None, :], prob.mx[A][None, :, :]).reshape(len(S2), nM)
+            hs = np.tile(heads, len(Sb))
+            fl, ok = prob.floor(S2, M2, hs)
+            sel = np.flatnonzero(ok & (fl <= slack))
+            if not len(sel):
+                continue
+            li, ai = np.divmod(sel, len(A))
+            support[A[ai]] = True
+            order = np.argsort(hs[sel], kind="stable")
+            sel, li, ai = sel[order], li[order], ai[order]
+            hsel = hs[sel]
+            cuts = np.flatnonzero(np.diff(hsel)) + 1
+            for part in np.split(np.arange(len(sel)), cuts):
+                pending[int(hsel[part[0]])].append((S2[sel[part]], M2[sel[part]], gb[li[part]], A[ai[part]]))
+    if best is None:
+        return None, n_kept, support
+    parent, arc_of = np.concatenate(parents), np.concatenate(via)
+    path, g = [], best[1]
+    while arc_of[g] >= 0:
+        path.append(int(arc_of[g]))
+        g = int(parent[g])
+    return (path[::-1], best[0]), n_kept, support
+
+
+def graph_floor(prob: _Problem, source: int) -> float:
+    """A lower bound on every plan of the graph: the source's floor."""
+    v, _ = prob.floor(np.zeros((1, prob.add.shape[1])), np.zeros((1, prob.mx.shape[1])), np.array([source]))
+    return float(v[0])
+
+
+def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower: float = 0.0,
+                  max_labels: int = 2_000_000, deadline: float | None = None,
+                  arrays: PathArrays | None = None) -> MinMaxResult:
+    """The best plan of ``sg`` for ``objective`` (period or memory) that meets the instance's caps
+    (memory, latency, energy) among those worth at most ``upper`` (see the module).
+
+    ``lower``: a bound already proven for those plans. Exact unless stopped: past ``max_labels``
+    labels in one probe or at ``deadline`` (``time.perf_counter()``) the result holds the best
+    plan found and the proven bound (``stopped``).
+    """
+    if objective not in MINMAX:
+        raise ValueError(f"minmax_search is for {' and '.join(MINMAX)}, not {objective!r}")
+    pa = arrays or PathArrays(sg)
+    if not len(sg.arcs) or not len(pa.term_nodes):
+        return MinMaxResult([], math.inf, upper, False, none_within=True)
+    prob = _Problem(sg, objective, pa)
+    lo = max(lower, graph_floor(prob, sg.source))
+    if not math.isfinite(lo):  # no path avoids the arcs that alone overflow a cap
+        return MinMaxResult([], math.inf, upper, False, none_within=True)
+    inc = _heuristic(sg, prob)
+    inc_arcs, inc_value = inc if inc is not None else ([], math.inf)
+    top = min(inc_value, upper)
+    labels = probes = 0
+    lo = min(lo, top)
+    steps = sorted({lo + (top - lo) * f for f in _PROBES}) if math.isfinite(top) else [top]
+    for T in steps:
+        probes += 1
+        try:
+            found, kept, support = _probe(sg, prob, T, max_labels, deadline)
+        except LabelBudget:
+            return MinMaxResult(inc_arcs, inc_value, min(lo, top), False, stopped=True, labels=labels, probes=probes)
+        labels += kept
+        if found is not None:
+            arcs, value = found
+            if value > inc_value:  # the incumbent itself lies within T: never worse than it
+                arcs, value = inc_arcs, inc_value
+            if value < T * (1 - 1e-6):  # the support of a probe at the optimum itself is smaller
+                try:
+                    again, kept, tight = _probe(sg, prob, value, max_labels, deadline)
+                    labels += kept
+                    if again is not None:
+                        support, T = tight, value
+                except LabelBudget:
+                    pass
+            return MinMaxResult(arcs, value, value, True, support=support, support_T=T, labels=labels,
+                                probes=probes)
+        lo = max(lo, T)  # no plan within the caps is worth at most T
+    # nothing within the caps and ``upper``; the incumbent, if any, lies above it
+    return MinMaxResult(inc_arcs, inc_value, upper, False, none_within=True,
+                        support=np.zeros(len(sg.arcs), dtype=bool), support_T=upper, labels=labels, probes=probes)
