@@ -21,20 +21,11 @@ beats the in-space optimum (reported as such, never as a gap).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
+from milp_planner.report.results import rel_gap as _gap
+
 REF_COLUMNS = ("base_file", "ref_kind", "ref_value", "ref_gap", "vs_in_space")
-SNAP = 1e-9
-
-
-def _gap(value, ref):
-    if value is None or ref is None:
-        return None
-    if value == 0:
-        return 0.0
-    g = (value - ref) / abs(value)
-    return 0.0 if abs(g) < SNAP else g
 
 
 def attach_references(rows: list[dict], root: Path, any_label: str = "dp-any") -> None:

@@ -50,7 +50,7 @@ def _kind(task: dict) -> str:
 GAP_SNAP = 1e-9  # |gap| below this is floating-point noise between two evaluations: 0
 
 
-def _rel_gap(value, ref):
+def rel_gap(value, ref):
     if value is None or ref is None:
         return None
     if value == 0:
@@ -129,8 +129,8 @@ def fill_gaps(rows: list[dict], instances: dict | None = None) -> None:
         for r in group:
             r["best_bound"] = best_bound
             r["certified"] = certified
-            r["gap_to_best_known"] = _rel_gap(r["value"], best_known)
-            r["vs_in_space"] = _rel_gap(r["value"], best_bound)
+            r["gap_to_best_known"] = rel_gap(r["value"], best_known)
+            r["vs_in_space"] = rel_gap(r["value"], best_bound)
             r["gap"] = r["ref_kind"] = r["ref_value"] = None
             if r["value"] is None:
                 continue
@@ -142,7 +142,7 @@ def fill_gaps(rows: list[dict], instances: dict | None = None) -> None:
             ref = floors.get(r)
             if ref is not None:
                 r["ref_kind"], r["ref_value"] = ref.kind, ref.value
-                r["gap"] = _rel_gap(r["value"], ref.value)
+                r["gap"] = rel_gap(r["value"], ref.value)
                 if r["gap"] < 0:
                     raise AssertionError(f"{r['instance']} / {r['planner']}: value {r['value']!r} below the "
                                          f"{ref.kind} {ref.value!r} of a space that holds its plan")
