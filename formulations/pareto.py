@@ -11,10 +11,10 @@ of the plan space with an exact planner (``milp`` by default):
   third lexicographic step (minimise f3 subject to f1 <= f1*, f2 <= f2*); the next slice's c is
   strictly below the largest f3 of the slice. Every non-dominated point appears in some slice.
 
-Caps are expressed through the instance (``Constraints.latency_s``/``energy_j`` and the devices'
-``memory_bytes`` for the memory objective, the largest memory of any device), so any planner that
-honours the instance's caps can be used. A period cap does not exist in the exact models, so
-``period`` is not supported as an objective here.
+Caps are expressed through the instance (``Constraints.latency_s``/``energy_j``/``period_s`` and
+the devices' ``memory_bytes`` for the memory objective, the largest memory of any device), so any
+planner that honours the instance's caps can be used (``milp``, ``cpsat``; ``dp`` certifies a step
+only when its plan happens to meet the caps).
 
 Strictly below: objective values are floats. The next cap is f2 - max(1e-6 * |f2|, 2e-6) for
 seconds and joules (the MILP's feasibility tolerance is 1e-6 absolute, so a smaller step could
@@ -49,7 +49,7 @@ from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
 
 #: objectives that can be capped (and so take part in a front)
-PARETO_OBJECTIVES = ("latency", "energy", "memory")
+PARETO_OBJECTIVES = ("latency", "energy", "memory", "period")
 #: the evaluator's name of each objective's metric (as ``evaluate --json`` names them)
 METRIC_NAMES = {"latency": "latency_s", "energy": "energy_j", "memory": "max_memory_bytes", "period": "period_s"}
 REL_STEP = 1e-6
@@ -150,6 +150,9 @@ def capped_instance(instance: Instance, caps: dict[str, float]) -> Instance:
         elif obj == "energy":
             own = c.energy_j
             c = replace(c, energy_j=Fraction(cap) if own is None else min(own, Fraction(cap)))
+        elif obj == "period":
+            own = c.period_s
+            c = replace(c, period_s=Fraction(cap) if own is None else min(own, Fraction(cap)))
         elif obj == "memory":
             cap_b = max(0, int(math.floor(cap)))
             devices = tuple(replace(d, memory_bytes=cap_b if (d.memory_bytes is None or not instance.constraints.memory)
@@ -168,9 +171,6 @@ def check_objectives(objectives) -> list[str]:
     if len(set(objs)) != len(objs):
         raise PlannerError(f"--objectives: {','.join(objs)} repeats an objective")
     for o in objs:
-        if o == "period":
-            raise PlannerError("--objectives: period is not supported yet: the exact models have no period cap, "
-                               f"so no ε-constraint on it (use {', '.join(PARETO_OBJECTIVES)})")
         if o not in PARETO_OBJECTIVES:
             raise PlannerError(f"--objectives: unknown objective {o!r} (use {', '.join(PARETO_OBJECTIVES)})")
     return objs
