@@ -4,16 +4,18 @@ Per case: the ε-constraint front with ``milp`` within ``--time-limit`` seconds 
 points found with their lower bound set and hypervolume gap), and the hypervolume of the
 ``autodice`` planner's (NSGA-II) Pareto set, re-scored by the evaluator, as a fraction of the
 front's, both with one reference point: the nadir of the union of the two sets x 1.1. AutoDiCE optimises period,
-max memory per device and energy; ``pareto`` has no period cap yet, so those instances run
-energy x memory. Writes ``benchmarks/results/pareto.json`` and ``pareto-table.md``.
+max memory per device and energy: those instances run the three together (``--objectives`` runs
+another set, e.g. a pair). Writes ``benchmarks/results/pareto[-TAG].json`` and ``pareto[-TAG]-table.md``.
 
-    python benchmarks/bench_pareto.py --time-limit 90 --nsga-time-limit 20
+    python benchmarks/bench_pareto.py --time-limit 600 --nsga-time-limit 15 --only autodice --tag autodice
+    python benchmarks/bench_pareto.py --time-limit 600 --only diapason --tag diapason
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -23,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
-CASES = ([(f"instances/autodice/{m}-xaviernx-4.yaml", ["energy", "memory"]) for m in ("vgg19", "resnet101",
+CASES = ([(f"instances/autodice/{m}-xaviernx-4.yaml", ["period", "memory", "energy"]) for m in ("vgg19", "resnet101",
                                                                                       "densenet121")]
          + [(str(p.relative_to(ROOT)), ["latency", "energy"]) for p in sorted((ROOT / "instances/diapason").glob("*.yaml"))])
 
@@ -43,7 +45,8 @@ def run_case(path: str, objectives: list[str], time_limit: float, nsga_limit: fl
            "certified": front.certified, "points": len(front.points), "solves": front.solves,
            "hypervolume": front.hypervolume, "reference": front.reference,
            "bound_hypervolume": front.bound_hypervolume, "hypervolume_gap": front.hypervolume_gap,
-           "message": front.message, "front": [p.values for p in front.points], "bound_set": front.bound_set}
+           "message": front.message, "front": [p.values for p in front.points], "bound_set": front.bound_set,
+           "steps": front.to_dict()["steps"], "point_status": [p.status for p in front.points]}
     t1 = time.perf_counter()
     res = get_planner("autodice").solve(inst, objective=objectives[0], time_limit=nsga_limit)
     vecs = []
@@ -87,11 +90,15 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=90.0, help="seconds per front")
     ap.add_argument("--nsga-time-limit", type=float, default=20.0, help="seconds for the autodice planner")
     ap.add_argument("--only", help="substring of the instance paths to run")
+    ap.add_argument("--objectives", help="comma-separated objectives instead of each case's own")
+    ap.add_argument("--tag", default="", help="suffix of the result files (pareto-TAG.json, pareto-TAG-table.md)")
     args = ap.parse_args()
     rows = []
     for path, objs in CASES:
         if args.only and args.only not in path:
             continue
+        if args.objectives:
+            objs = args.objectives.split(",")
         print(f"{path} {','.join(objs)} ...", file=sys.stderr, flush=True)
         try:
             row = run_case(path, objs, args.time_limit, args.nsga_time_limit)
@@ -101,9 +108,11 @@ def main() -> None:
         print(table([row]).splitlines()[-1], file=sys.stderr, flush=True)
         RESULTS.mkdir(exist_ok=True)
         meta = {"time_limit_s": args.time_limit, "nsga_time_limit_s": args.nsga_time_limit,
-                "python": platform.python_version(), "machine": platform.machine()}
-        (RESULTS / "pareto.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-        (RESULTS / "pareto-table.md").write_text(table(rows))
+                "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+                "load_average": os.getloadavg()}
+        stem = "pareto" + (f"-{args.tag}" if args.tag else "")
+        (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        (RESULTS / f"{stem}-table.md").write_text(table(rows))
 
 
 if __name__ == "__main__":

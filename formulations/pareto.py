@@ -22,9 +22,9 @@ return the same point again), and f2 - 1 byte for memory. Two front points whose
 less than that step are not told apart.
 
 Anytime: with ``time_limit`` the loop stops when it runs out and returns the points found so far,
-each with its status and proven bound; ``certified`` is then false and, for two objectives, a lower
-bound set is built from the steps' proven bounds (a step with cap eps and bound b proves that no plan
-has f2 <= eps and f1 < b).
+each with its status and proven bound; ``certified`` is then false and a lower bound set is built
+from the steps' proven bounds (a step with caps c2 (, c3) and bound b proves that no plan has
+f2 <= c2 (, f3 <= c3) and f1 < b; see ``lower_bound_set``).
 
 Research code that extends the model with its own constraints passes ``solve``: any callable
 ``solve(instance, objective, time_limit) -> PlanResult`` (status, plan, value, bound); the loop
@@ -290,20 +290,44 @@ def reference_point(vectors: list[tuple[float, ...]], factor: float = 1.1) -> li
     return [max(v[i] for v in vectors) * factor or 1e-12 for i in range(len(vectors[0]))]
 
 
-def lower_bound_set_2d(steps: list[BoundStep], f1: str, f2: str) -> list[dict[str, float]]:
-    """Local lower bounds from the ε-steps of a two-objective run.
+def lower_bound_set(steps: list[BoundStep], objectives: list[str]) -> list[dict[str, float]]:
+    """A lower bound set from the ε-steps that minimised the first objective (2 or 3 objectives).
 
-    The steps' caps on f2 decrease: eps_0 = inf > eps_1 > ...; step k proved f1 >= b_k for every
-    plan with f2 <= eps_k, so every plan in the band eps_{k+1} < f2 <= eps_k lies above
-    (b_k, eps_{k+1}); below the last cap, above (b_last, 0)."""
-    out = []
-    for k, s in enumerate(steps):
-        if s.bound == math.inf:  # proven infeasible: nothing in that band
-            continue
-        below = steps[k + 1].caps.get(f2, 0.0) if k + 1 < len(steps) else 0.0
-        bound = 0.0 if s.bound is None else max(0.0, float(s.bound))  # no bound proven: f1 >= 0 only
-        out.append({f1: bound, f2: float(max(0.0, below))})
-    return out
+    A step with caps c (on the other objectives; absent = infinite) and proven bound b says: no
+    plan has f_j <= c_j for every capped j and f1 < b (b = inf: no plan at all; no bound: 0, as
+    every objective is >= 0). So f1 >= B(y) = max{b_s : y_j <= c_sj for all j} for every plan y.
+    B is constant on the cells of the grid of the steps' caps (0 and inf added): on the cell
+    (g_i, g_i+1] x (h_k, h_k+1] it is the largest bound of the steps whose caps reach g_i+1 and
+    h_k+1. Every plan in that cell lies above (B, g_i, h_k): those corners, cells with B = inf
+    dropped and points above another dropped, are the set. Every feasible plan weakly dominates
+    one of them (no plan lies strictly below the set)."""
+    f1, rest = objectives[0], list(objectives[1:])
+    used = [s for s in steps if s.minimised == f1]
+    if not used:
+        return [{o: 0.0 for o in objectives}]
+    grids = [sorted({0.0, math.inf} | {max(0.0, float(s.caps[o])) for s in used if o in s.caps}) for o in rest]
+
+    def bound_of(s: BoundStep) -> float:
+        return 0.0 if s.bound is None else max(0.0, float(s.bound))
+
+    caps = [[float(s.caps.get(o, math.inf)) for o in rest] for s in used]
+    bounds = [bound_of(s) for s in used]
+    cells: set[tuple[float, ...]] = set()
+
+    def walk(j: int, corner: list[float], upper: list[float]) -> None:
+        if j == len(rest):
+            b = max((bd for bd, c in zip(bounds, caps) if all(ci >= u for ci, u in zip(c, upper))), default=0.0)
+            if b != math.inf:
+                cells.add((b, *corner))
+            return
+        g = grids[j]
+        for i in range(len(g) - 1):
+            walk(j + 1, corner + [g[i]], upper + [g[i + 1]])
+
+    walk(0, [], [])
+    pts = list(cells)
+    keep = [p for p in pts if not any(q != p and all(a <= b for a, b in zip(q, p)) for q in pts)]
+    return [dict(zip([f1] + rest, p)) for p in sorted(keep, key=lambda p: p[1:])]
 
 
 def pareto_front(instance: Instance, objectives, *, planner: str = "milp", solve: Solve | None = None,
@@ -343,14 +367,12 @@ def pareto_front(instance: Instance, objectives, *, planner: str = "milp", solve
                         steps=run.steps, reference=ref, solves=run.solves)
     front.hypervolume = hypervolume(vectors, ref) if ref else None
     if not certified:
-        if len(objs) == 2:
-            front.bound_set = lower_bound_set_2d(run.steps, objs[0], objs[1])
-            if ref and front.bound_set:
-                front.bound_hypervolume = hypervolume([tuple(b[o] for o in objs) for b in front.bound_set], ref)
+        front.bound_set = lower_bound_set(run.steps, objs)
+        if ref and front.bound_set:
+            front.bound_hypervolume = hypervolume([tuple(b[o] for o in objs) for b in front.bound_set], ref)
         reasons = [run.stopped] if run.stopped else []
         if complete:
             reasons.append("some steps were not proven optimal")
-        front.message = "; ".join(reasons) + ("" if len(objs) == 2 else
-                                              "; no bound set for three objectives (not implemented)")
+        front.message = "; ".join(reasons)
     front.elapsed_s = time.perf_counter() - run.started
     return front
