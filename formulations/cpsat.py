@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from formulations.additive_caps import arcs_over_caps
 from formulations.stagegraph import StageGraph
 
 TIME_RES = 1e-9  # seconds per unit
@@ -63,6 +64,8 @@ def build_cpsat(sg: StageGraph, objective: str, arcs: list[int] | None = None) -
     n_dev = len(inst.devices)
     n_layers = len(inst.graph.layers)
     arc_ids = list(range(len(sg.arcs))) if arcs is None else list(arcs)
+    over = arcs_over_caps(sg, arc_ids)  # on no path within the latency / energy caps: left out
+    arc_ids = [a for a in arc_ids if a not in over]
     keep = set(arc_ids)
     m = cp_model.CpModel()
     x = {a: m.NewBoolVar(f"x{a}") for a in arc_ids}

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import pyomo.environ as pyo
 
+from formulations.additive_caps import arcs_over_caps
 from formulations.stagegraph import StageGraph
 
 
@@ -49,6 +50,8 @@ def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,
     n_dev = len(inst.devices)
     n_layers = len(inst.graph.layers)
     arc_ids = list(range(len(sg.arcs))) if arcs is None else list(arcs)
+    over = arcs_over_caps(sg, arc_ids)  # on no path within the latency / energy caps: left out
+    arc_ids = [a for a in arc_ids if a not in over]
     keep = set(arc_ids)
     m = pyo.ConcreteModel(name=f"plan space of {inst.name}")
     m.ARCS = pyo.Set(initialize=arc_ids, ordered=True)
