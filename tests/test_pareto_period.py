@@ -105,3 +105,44 @@ def test_period_memory_energy_front_equals_brute_force(case):
     assert front.certified, front.message
     same_vectors(front.vectors(), brute_front(case, objs))
     check_points(front, case)
+
+
+@pytest.mark.parametrize("case", ["fc", "residual-shared"])
+def test_latency_and_energy_caps_with_arc_removal_agree_with_brute_force(case):
+    """MILP and CP-SAT leave out arcs on no path within the latency/energy caps
+    (formulations.additive_caps): with both caps between two plan values, every objective still
+    agrees with brute force (optimal or infeasible alike)."""
+    import random
+
+    rng = random.Random(7)
+    ms = all_metrics(case)
+    lats, ens = sorted({m.latency_s for m in ms}), sorted({m.energy_j for m in ms})
+    statuses = []
+    for objective in ("latency", "energy", "period", "memory"):
+        i, j = rng.randrange(len(lats) - 1), rng.randrange(len(ens) - 1)
+        inst = CASES[case]()
+        inst.constraints = replace(inst.constraints, latency_s=Fraction((lats[i] + lats[i + 1]) / 2),
+                                   energy_j=Fraction((ens[j] + ens[j + 1]) / 2))
+        ref = get_planner("bruteforce").solve(inst, objective=objective)
+        statuses.append(ref.status)
+        for planner in ("milp", "cpsat"):
+            res = get_planner(planner).solve(inst, objective=objective)
+            assert res.status == ref.status, (objective, planner, res.message)
+            if ref.value is not None:
+                assert res.value == pytest.approx(ref.value, abs=1e-6 * ref.value + res.info.get("tolerance", 0.0))
+    assert "optimal" in statuses, statuses
+
+
+def test_arcs_over_caps_leaves_a_model_that_proves_infeasibility():
+    from formulations.additive_caps import arcs_over_caps
+    from formulations.stagegraph import build_stage_graph
+
+    inst = CASES["fc"]()
+    inst.constraints = replace(inst.constraints, latency_s=Fraction(1, 10**9))
+    sg = build_stage_graph(inst)
+    assert arcs_over_caps(sg, list(range(len(sg.arcs)))) == set()
+    best = min(m.latency_s for m in all_metrics("fc"))
+    inst.constraints = replace(inst.constraints, latency_s=Fraction(best))
+    sg = build_stage_graph(inst)
+    over = arcs_over_caps(sg, list(range(len(sg.arcs))))
+    assert 0 < len(over) < len(sg.arcs)
