@@ -188,11 +188,75 @@ def planner_solve(planner: str = "milp", **options) -> Solve:
     return solve
 
 
+CAP_FIELD = {"latency": "latency_s", "energy": "energy_j"}
+
+
+def lexicographic_solve(instance: Instance, objective: str, within: str, time_limit: float | None):
+    """Minimise ``objective`` over the plans whose ``within`` (latency or energy, capped in
+    ``instance``) is at most its cap: the lexicographic step of a front.
+
+    The cap is the optimum of ``within`` (or just above), so few plans meet it: the stage graph
+    enumerates exactly the plans whose ``within`` is at most the cap (``build_stage_graph`` with
+    that upper bound: every such plan is in the graph), and the MILP of that graph, with the
+    instance's caps, is solved by HiGHS. Returns a ``PlanResult`` (the evaluator's metrics, the
+    solver's proven bound), or None when the graph cannot be built in time or in ``max_arcs``
+    (the caller then uses its planner)."""
+    import pyomo.environ as pyo
+
+    from formulations.certificate import disagreement, finite
+    from formulations.milp import build_milp, fresh_highs_threads, objective_unscale, solution_arcs
+    from formulations.stagegraph import SpaceTooLarge, build_stage_graph
+    from milp_planner.planners.base import PlanResult
+
+    started = time.perf_counter()
+    cap = float(getattr(instance.constraints, CAP_FIELD[within]))
+    deadline = None if time_limit is None else started + time_limit
+    try:
+        sg = build_stage_graph(instance, objective=within, upper=cap, drop_overflow=True, deadline=deadline)
+    except (TimeoutError, SpaceTooLarge, PlannerError):
+        return None
+    m = build_milp(sg, objective)
+    solver = pyo.SolverFactory("appsi_highs")
+    fresh_highs_threads()
+    solver.highs_options = {"threads": 1, "mip_rel_gap": 1e-7, "mip_abs_gap": 0.0}
+    left = None if deadline is None else max(1.0, deadline - time.perf_counter())
+    results = solver.solve(m, load_solutions=False, timelimit=left, tee=False)
+    tc = str(results.solver.termination_condition)
+    info = {"lexicographic_graph_arcs": len(sg.arcs), "termination": tc}
+    if tc in ("infeasible", "infeasibleOrUnbounded"):
+        return PlanResult("milp", "infeasible", objective, info=info, solve_time_s=time.perf_counter() - started)
+    try:
+        solver.load_vars()
+        arcs = solution_arcs(sg, m)
+    except Exception:  # no primal solution (stopped before the first one)
+        arcs = []
+    bound = finite(results.problem.lower_bound, objective_unscale(m))
+    if not arcs:
+        return PlanResult("milp", "timeout", objective, bound=bound, info=info,
+                          solve_time_s=time.perf_counter() - started)
+    plan = sg.plan_from_arcs(arcs)
+    plan.instance = instance.name
+    metrics = evaluate(plan, instance)
+    value = metrics.value(objective)
+    solver_value = pyo.value(m.obj) * objective_unscale(m)
+    if disagreement(solver_value, value):
+        raise RuntimeError(f"lexicographic step: solver objective {solver_value!r} disagrees with the evaluator's "
+                           f"{value!r} (a formulation bug; please report it)")
+    if bound is not None:
+        bound = min(bound, value)
+    optimal = tc == "optimal" or (bound is not None and value - bound <= 1e-6 * max(abs(value), 1e-12))
+    return PlanResult("milp", "optimal" if optimal else "timeout", objective, plan=plan, value=value,
+                      bound=value if optimal else bound, metrics=metrics, info=info,
+                      solve_time_s=time.perf_counter() - started)
+
+
 class _Run:
     """The state of one front computation: deadline, solver, steps and counters."""
 
-    def __init__(self, instance: Instance, solve: Solve, time_limit: float | None, max_points: int | None):
+    def __init__(self, instance: Instance, solve: Solve, time_limit: float | None, max_points: int | None,
+                 graph_lex: bool = False):
         self.instance = instance
+        self.graph_lex = graph_lex  # lexicographic steps by ``lexicographic_solve`` (MILP)
         self.solve_fn = solve
         self.started = time.perf_counter()
         self.deadline = None if time_limit is None else self.started + time_limit
@@ -207,9 +271,15 @@ class _Run:
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() >= self.deadline
 
-    def solve(self, caps: dict[str, float], objective: str):
+    def solve(self, caps: dict[str, float], objective: str, within: str | None = None):
+        """One step; ``within``: the additive objective the lexicographic step keeps at its optimum."""
         self.solves += 1
-        res = self.solve_fn(capped_instance(self.instance, caps), objective, self.remaining())
+        inst = capped_instance(self.instance, caps)
+        res = None
+        if within in CAP_FIELD and self.graph_lex:
+            res = lexicographic_solve(inst, objective, within, self.remaining())
+        if res is None:
+            res = self.solve_fn(inst, objective, self.remaining())
         proven_infeasible = res.status == "infeasible" and res.plan is None
         ok = res.plan is not None and res.metrics is not None and res.metrics.feasible
         return res, proven_infeasible, ok
@@ -245,7 +315,7 @@ class _Run:
                 if self.out_of_time():
                     status = "timeout" if status == "optimal" else status
                     break
-                lex, _, lex_ok = self.solve({**caps, **fixed}, obj)
+                lex, _, lex_ok = self.solve({**caps, **fixed}, obj, within=f1)
                 if lex_ok and objective_value(lex.metrics, obj) < objective_value(chosen.metrics, obj):
                     chosen = lex
                 proven = lex_ok and lex.status == "optimal" and objective_value(chosen.metrics, obj) <= \
@@ -342,7 +412,8 @@ def pareto_front(instance: Instance, objectives, *, planner: str = "milp", solve
     objs = check_objectives(objectives)
     if reference is not None and len(reference) != len(objs):
         raise PlannerError(f"--reference: give {len(objs)} values, one per objective (got {len(reference)})")
-    run = _Run(instance, solve or planner_solve(planner, **(planner_options or {})), time_limit, max_points)
+    run = _Run(instance, solve or planner_solve(planner, **(planner_options or {})), time_limit, max_points,
+               graph_lex=solve is None and planner == "milp" and not planner_options)
     found: list[ParetoPoint] = []
     if len(objs) == 2:
         complete = run.front2(objs[0], objs[1], [], {}, found)
