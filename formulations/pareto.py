@@ -278,6 +278,10 @@ class _Run:
         res = None
         if within in CAP_FIELD and self.graph_lex:
             res = lexicographic_solve(inst, objective, within, self.remaining())
+            if res is None and self.out_of_time():  # no time left for the planner either
+                from milp_planner.planners.base import PlanResult
+
+                res = PlanResult("milp", "timeout", objective, message="the time limit ran out")
         if res is None:
             res = self.solve_fn(inst, objective, self.remaining())
         proven_infeasible = res.status == "infeasible" and res.plan is None
