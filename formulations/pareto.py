@@ -26,6 +26,9 @@ each with its status and proven bound; ``certified`` is then false and a lower b
 from the steps' proven bounds (a step with caps c2 (, c3) and bound b proves that no plan has
 f2 <= c2 (, f3 <= c3) and f1 < b; see ``lower_bound_set``).
 
+With the default ``milp`` and an additive f1 (latency, energy), the lexicographic steps run over
+the stage graph of the plans within f1 <= f1* (``lexicographic_solve``), not the whole space.
+
 Research code that extends the model with its own constraints passes ``solve``: any callable
 ``solve(instance, objective, time_limit) -> PlanResult`` (status, plan, value, bound); the loop
 only relies on it honouring the instance's caps and on ``status == "infeasible"`` with no plan
@@ -407,7 +410,7 @@ def lower_bound_set(steps: list[BoundStep], objectives: list[str]) -> list[dict[
 def pareto_front(instance: Instance, objectives, *, planner: str = "milp", solve: Solve | None = None,
                  time_limit: float | None = None, max_points: int | None = None,
                  reference: list[float] | None = None, planner_options: dict | None = None) -> ParetoFront:
-    """The Pareto front of ``instance`` over 2 or 3 of latency, energy, memory (see the module doc).
+    """The Pareto front of ``instance`` over 2 or 3 of latency, energy, memory, period (see the module doc).
 
     ``solve`` replaces the planner (a callable ``(instance, objective, time_limit) -> PlanResult``);
     ``max_points`` stops after that many points; ``reference`` is the hypervolume's reference point
