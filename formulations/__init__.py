@@ -31,10 +31,10 @@ from formulations.warmstart import WarmStart, dp_warm_start
 from formulations.drivers import solve_cpsat, solve_dp, solve_highs
 from formulations.rounds import RoundSettings, explore
 from formulations.diagnosis import explain_infeasible
-from formulations.pareto import ParetoFront, ParetoPoint, pareto_front
+from formulations.pareto import ParetoFront, ParetoPoint, lower_bound_set, pareto_front
 
 __all__ = ["Arc", "StageGraph", "StageOption", "build_stage_graph", "stage_options", "shortest_path",
            "prefix_suffix", "capped_shortest_path", "lagrangian_fixing", "CappedPath", "Fixing", "build_milp", "solution_arcs", "build_cpsat", "CpsatModel",
            "WarmStart", "dp_warm_start", "GraphSolve", "Exploration", "solve_dp", "solve_highs", "solve_cpsat",
            "RoundSettings", "explore", "explain_infeasible",
-           "ParetoFront", "ParetoPoint", "pareto_front", "MinMaxResult", "minmax_search"]
+           "ParetoFront", "ParetoPoint", "lower_bound_set", "pareto_front", "MinMaxResult", "minmax_search"]

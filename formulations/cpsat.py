@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from formulations.additive_caps import arcs_over_caps
 from formulations.stagegraph import StageGraph
 
 TIME_RES = 1e-9  # seconds per unit
@@ -63,6 +64,8 @@ def build_cpsat(sg: StageGraph, objective: str, arcs: list[int] | None = None) -
     n_dev = len(inst.devices)
     n_layers = len(inst.graph.layers)
     arc_ids = list(range(len(sg.arcs))) if arcs is None else list(arcs)
+    over = arcs_over_caps(sg, arc_ids)  # on no path within the latency / energy caps: left out
+    arc_ids = [a for a in arc_ids if a not in over]
     keep = set(arc_ids)
     m = cp_model.CpModel()
     x = {a: m.NewBoolVar(f"x{a}") for a in arc_ids}
@@ -112,14 +115,20 @@ def build_cpsat(sg: StageGraph, objective: str, arcs: list[int] | None = None) -
 
     period = None
     scale = 1.0 / TIME_RES
-    if objective == "period":
-        loads = []
+    loads = []  # the period's terms in ns, exactly the evaluator's (see formulations.milp)
+    if objective == "period" or inst.constraints.period_s is not None:
         for d in range(n_dev):
             loads.append(sum(_units(sg.arcs[a].load[d], TIME_RES) * x[a] for a in arc_ids if sg.arcs[a].load[d])
                          + sum(_units(sg.terminals[t].load[d], TIME_RES) * end[t] for t in end))
         if inst.network.medium == "shared":
             loads.append(sum(_units(sg.arcs[a].transfer_s, TIME_RES) * x[a] for a in arc_ids)
                          + sum(_units(sg.terminals[t].gather_s, TIME_RES) * end[t] for t in end))
+    if inst.constraints.period_s is not None:
+        cap = _units(float(inst.constraints.period_s), TIME_RES)
+        for expr in loads:
+            if not isinstance(expr, int):
+                m.Add(expr <= cap)
+    if objective == "period":
         ub = sum(max((_units(max(sg.arcs[a].load), TIME_RES) for a in covering[l]), default=0)
                  for l in range(n_layers)) + max((_units(t.gather_s, TIME_RES) for t in sg.terminals.values()), default=0)
         ub = max(ub, sum(max((_units(sg.arcs[a].transfer_s, TIME_RES) for a in covering[l]), default=0)

@@ -77,7 +77,7 @@ def least_memory(sg: StageGraph, deadline: float | None = None):
     if not caps:
         return None, {}
     saved = inst.constraints
-    inst.constraints = replace(saved, memory=False, latency_s=None, energy_j=None)
+    inst.constraints = replace(saved, memory=False, latency_s=None, energy_j=None, period_s=None)
     try:
         cm = build_cpsat(sg, "latency")
     finally:

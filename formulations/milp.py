@@ -11,7 +11,11 @@ Components of the model returned by ``build_milp(sg, objective)``:
 ``m.working[d]``    largest working set of device ``d`` over the stages (variable), with
 ``m.working_lb[l, d]``  working[d] >= working set of the stage covering layer ``l``
 ``m.memory[d]``     weights[d] + working[d] (expression); ``m.memory_cap[d]`` when capped
-``m.latency``, ``m.energy``  expressions; ``m.period`` variable with ``m.period_lb[d]``
+``m.latency``, ``m.energy``  expressions; ``m.latency_cap``, ``m.energy_cap`` when capped
+``m.device_load[d]``       device ``d``'s compute + receive time (expression; ``m.medium`` the shared
+                    medium's transfer time), built for the period objective or its cap
+``m.period_cap[d]``  device_load[d] <= cap (and ``m.period_medium_cap``) when ``constraints.period_s`` is set
+``m.period``        variable with ``m.period_lb[d]`` (period objective)
 ``m.obj``           the objective (minimise ``latency``, ``energy``, ``period`` or memory)
 
 Add your own constraints to ``m`` and solve with any Pyomo MILP solver; ``solution_arcs(sg, m)``
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import pyomo.environ as pyo
 
+from formulations.additive_caps import arcs_over_caps
 from formulations.stagegraph import StageGraph
 
 
@@ -45,6 +50,8 @@ def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,
     n_dev = len(inst.devices)
     n_layers = len(inst.graph.layers)
     arc_ids = list(range(len(sg.arcs))) if arcs is None else list(arcs)
+    over = arcs_over_caps(sg, arc_ids)  # on no path within the latency / energy caps: left out
+    arc_ids = [a for a in arc_ids if a not in over]
     keep = set(arc_ids)
     m = pyo.ConcreteModel(name=f"plan space of {inst.name}")
     m.ARCS = pyo.Set(initialize=arc_ids, ordered=True)
@@ -99,15 +106,26 @@ def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,
     if inst.constraints.energy_j is not None:
         m.energy_cap = pyo.Constraint(expr=m.energy <= float(inst.constraints.energy_j))
 
-    if objective == "period":
-        m.period = pyo.Var(within=pyo.NonNegativeReals)
-        m.period_lb = pyo.Constraint(
-            m.DEV, rule=lambda m, d: m.period >= sum(sg.arcs[a].load[d] * m.x[a] for a in arc_ids if sg.arcs[a].load[d])
+    # the period's terms, exactly the evaluator's: each device's compute + receive time summed
+    # over the stages (the sink also receives the gather), and on a shared medium every transfer
+    if objective == "period" or inst.constraints.period_s is not None:
+        m.device_load = pyo.Expression(
+            m.DEV, rule=lambda m, d: sum(sg.arcs[a].load[d] * m.x[a] for a in arc_ids if sg.arcs[a].load[d])
             + sum(sg.terminals[t].load[d] * m.end[t] for t in m.TERM))
         if inst.network.medium == "shared":
-            m.period_medium = pyo.Constraint(
-                expr=m.period >= sum(sg.arcs[a].transfer_s * m.x[a] for a in arc_ids)
-                + sum(sg.terminals[t].gather_s * m.end[t] for t in m.TERM))
+            m.medium = pyo.Expression(expr=sum(sg.arcs[a].transfer_s * m.x[a] for a in arc_ids)
+                                      + sum(sg.terminals[t].gather_s * m.end[t] for t in m.TERM))
+    if inst.constraints.period_s is not None:
+        cap = float(inst.constraints.period_s)
+        m.period_cap = pyo.Constraint(m.DEV, rule=lambda m, d: m.device_load[d] <= cap)
+        if inst.network.medium == "shared":
+            m.period_medium_cap = pyo.Constraint(expr=m.medium <= cap)
+
+    if objective == "period":
+        m.period = pyo.Var(within=pyo.NonNegativeReals)
+        m.period_lb = pyo.Constraint(m.DEV, rule=lambda m, d: m.period >= m.device_load[d])
+        if inst.network.medium == "shared":
+            m.period_medium = pyo.Constraint(expr=m.period >= m.medium)
         m.obj = pyo.Objective(expr=m.period)
     elif objective == "memory":
         m.peak = pyo.Var(within=pyo.NonNegativeReals)

@@ -11,10 +11,10 @@ of the plan space with an exact planner (``milp`` by default):
   third lexicographic step (minimise f3 subject to f1 <= f1*, f2 <= f2*); the next slice's c is
   strictly below the largest f3 of the slice. Every non-dominated point appears in some slice.
 
-Caps are expressed through the instance (``Constraints.latency_s``/``energy_j`` and the devices'
-``memory_bytes`` for the memory objective, the largest memory of any device), so any planner that
-honours the instance's caps can be used. A period cap does not exist in the exact models, so
-``period`` is not supported as an objective here.
+Caps are expressed through the instance (``Constraints.latency_s``/``energy_j``/``period_s`` and
+the devices' ``memory_bytes`` for the memory objective, the largest memory of any device), so any
+planner that honours the instance's caps can be used (``milp``, ``cpsat``; ``dp`` certifies a step
+only when its plan happens to meet the caps).
 
 Strictly below: objective values are floats. The next cap is f2 - max(1e-6 * |f2|, 2e-6) for
 seconds and joules (the MILP's feasibility tolerance is 1e-6 absolute, so a smaller step could
@@ -22,9 +22,12 @@ return the same point again), and f2 - 1 byte for memory. Two front points whose
 less than that step are not told apart.
 
 Anytime: with ``time_limit`` the loop stops when it runs out and returns the points found so far,
-each with its status and proven bound; ``certified`` is then false and, for two objectives, a lower
-bound set is built from the steps' proven bounds (a step with cap eps and bound b proves that no plan
-has f2 <= eps and f1 < b).
+each with its status and proven bound; ``certified`` is then false and a lower bound set is built
+from the steps' proven bounds (a step with caps c2 (, c3) and bound b proves that no plan has
+f2 <= c2 (, f3 <= c3) and f1 < b; see ``lower_bound_set``).
+
+With the default ``milp`` and an additive f1 (latency, energy), the lexicographic steps run over
+the stage graph of the plans within f1 <= f1* (``lexicographic_solve``), not the whole space.
 
 Research code that extends the model with its own constraints passes ``solve``: any callable
 ``solve(instance, objective, time_limit) -> PlanResult`` (status, plan, value, bound); the loop
@@ -49,7 +52,7 @@ from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
 
 #: objectives that can be capped (and so take part in a front)
-PARETO_OBJECTIVES = ("latency", "energy", "memory")
+PARETO_OBJECTIVES = ("latency", "energy", "memory", "period")
 #: the evaluator's name of each objective's metric (as ``evaluate --json`` names them)
 METRIC_NAMES = {"latency": "latency_s", "energy": "energy_j", "memory": "max_memory_bytes", "period": "period_s"}
 REL_STEP = 1e-6
@@ -150,6 +153,9 @@ def capped_instance(instance: Instance, caps: dict[str, float]) -> Instance:
         elif obj == "energy":
             own = c.energy_j
             c = replace(c, energy_j=Fraction(cap) if own is None else min(own, Fraction(cap)))
+        elif obj == "period":
+            own = c.period_s
+            c = replace(c, period_s=Fraction(cap) if own is None else min(own, Fraction(cap)))
         elif obj == "memory":
             cap_b = max(0, int(math.floor(cap)))
             devices = tuple(replace(d, memory_bytes=cap_b if (d.memory_bytes is None or not instance.constraints.memory)
@@ -168,9 +174,6 @@ def check_objectives(objectives) -> list[str]:
     if len(set(objs)) != len(objs):
         raise PlannerError(f"--objectives: {','.join(objs)} repeats an objective")
     for o in objs:
-        if o == "period":
-            raise PlannerError("--objectives: period is not supported yet: the exact models have no period cap, "
-                               f"so no ε-constraint on it (use {', '.join(PARETO_OBJECTIVES)})")
         if o not in PARETO_OBJECTIVES:
             raise PlannerError(f"--objectives: unknown objective {o!r} (use {', '.join(PARETO_OBJECTIVES)})")
     return objs
@@ -188,11 +191,75 @@ def planner_solve(planner: str = "milp", **options) -> Solve:
     return solve
 
 
+CAP_FIELD = {"latency": "latency_s", "energy": "energy_j"}
+
+
+def lexicographic_solve(instance: Instance, objective: str, within: str, time_limit: float | None):
+    """Minimise ``objective`` over the plans whose ``within`` (latency or energy, capped in
+    ``instance``) is at most its cap: the lexicographic step of a front.
+
+    The cap is the optimum of ``within`` (or just above), so few plans meet it: the stage graph
+    enumerates exactly the plans whose ``within`` is at most the cap (``build_stage_graph`` with
+    that upper bound: every such plan is in the graph), and the MILP of that graph, with the
+    instance's caps, is solved by HiGHS. Returns a ``PlanResult`` (the evaluator's metrics, the
+    solver's proven bound), or None when the graph cannot be built in time or in ``max_arcs``
+    (the caller then uses its planner)."""
+    import pyomo.environ as pyo
+
+    from formulations.certificate import disagreement, finite
+    from formulations.milp import build_milp, fresh_highs_threads, objective_unscale, solution_arcs
+    from formulations.stagegraph import SpaceTooLarge, build_stage_graph
+    from milp_planner.planners.base import PlanResult
+
+    started = time.perf_counter()
+    cap = float(getattr(instance.constraints, CAP_FIELD[within]))
+    deadline = None if time_limit is None else started + time_limit
+    try:
+        sg = build_stage_graph(instance, objective=within, upper=cap, drop_overflow=True, deadline=deadline)
+    except (TimeoutError, SpaceTooLarge, PlannerError):
+        return None
+    m = build_milp(sg, objective)
+    solver = pyo.SolverFactory("appsi_highs")
+    fresh_highs_threads()
+    solver.highs_options = {"threads": 1, "mip_rel_gap": 1e-7, "mip_abs_gap": 0.0}
+    left = None if deadline is None else max(1.0, deadline - time.perf_counter())
+    results = solver.solve(m, load_solutions=False, timelimit=left, tee=False)
+    tc = str(results.solver.termination_condition)
+    info = {"lexicographic_graph_arcs": len(sg.arcs), "termination": tc}
+    if tc in ("infeasible", "infeasibleOrUnbounded"):
+        return PlanResult("milp", "infeasible", objective, info=info, solve_time_s=time.perf_counter() - started)
+    try:
+        solver.load_vars()
+        arcs = solution_arcs(sg, m)
+    except Exception:  # no primal solution (stopped before the first one)
+        arcs = []
+    bound = finite(results.problem.lower_bound, objective_unscale(m))
+    if not arcs:
+        return PlanResult("milp", "timeout", objective, bound=bound, info=info,
+                          solve_time_s=time.perf_counter() - started)
+    plan = sg.plan_from_arcs(arcs)
+    plan.instance = instance.name
+    metrics = evaluate(plan, instance)
+    value = metrics.value(objective)
+    solver_value = pyo.value(m.obj) * objective_unscale(m)
+    if disagreement(solver_value, value):
+        raise RuntimeError(f"lexicographic step: solver objective {solver_value!r} disagrees with the evaluator's "
+                           f"{value!r} (a formulation bug; please report it)")
+    if bound is not None:
+        bound = min(bound, value)
+    optimal = tc == "optimal" or (bound is not None and value - bound <= 1e-6 * max(abs(value), 1e-12))
+    return PlanResult("milp", "optimal" if optimal else "timeout", objective, plan=plan, value=value,
+                      bound=value if optimal else bound, metrics=metrics, info=info,
+                      solve_time_s=time.perf_counter() - started)
+
+
 class _Run:
     """The state of one front computation: deadline, solver, steps and counters."""
 
-    def __init__(self, instance: Instance, solve: Solve, time_limit: float | None, max_points: int | None):
+    def __init__(self, instance: Instance, solve: Solve, time_limit: float | None, max_points: int | None,
+                 graph_lex: bool = False):
         self.instance = instance
+        self.graph_lex = graph_lex  # lexicographic steps by ``lexicographic_solve`` (MILP)
         self.solve_fn = solve
         self.started = time.perf_counter()
         self.deadline = None if time_limit is None else self.started + time_limit
@@ -207,9 +274,19 @@ class _Run:
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() >= self.deadline
 
-    def solve(self, caps: dict[str, float], objective: str):
+    def solve(self, caps: dict[str, float], objective: str, within: str | None = None):
+        """One step; ``within``: the additive objective the lexicographic step keeps at its optimum."""
         self.solves += 1
-        res = self.solve_fn(capped_instance(self.instance, caps), objective, self.remaining())
+        inst = capped_instance(self.instance, caps)
+        res = None
+        if within in CAP_FIELD and self.graph_lex:
+            res = lexicographic_solve(inst, objective, within, self.remaining())
+            if res is None and self.out_of_time():  # no time left for the planner either
+                from milp_planner.planners.base import PlanResult
+
+                res = PlanResult("milp", "timeout", objective, message="the time limit ran out")
+        if res is None:
+            res = self.solve_fn(inst, objective, self.remaining())
         proven_infeasible = res.status == "infeasible" and res.plan is None
         ok = res.plan is not None and res.metrics is not None and res.metrics.feasible
         return res, proven_infeasible, ok
@@ -245,7 +322,7 @@ class _Run:
                 if self.out_of_time():
                     status = "timeout" if status == "optimal" else status
                     break
-                lex, _, lex_ok = self.solve({**caps, **fixed}, obj)
+                lex, _, lex_ok = self.solve({**caps, **fixed}, obj, within=f1)
                 if lex_ok and objective_value(lex.metrics, obj) < objective_value(chosen.metrics, obj):
                     chosen = lex
                 proven = lex_ok and lex.status == "optimal" and objective_value(chosen.metrics, obj) <= \
@@ -290,26 +367,50 @@ def reference_point(vectors: list[tuple[float, ...]], factor: float = 1.1) -> li
     return [max(v[i] for v in vectors) * factor or 1e-12 for i in range(len(vectors[0]))]
 
 
-def lower_bound_set_2d(steps: list[BoundStep], f1: str, f2: str) -> list[dict[str, float]]:
-    """Local lower bounds from the ε-steps of a two-objective run.
+def lower_bound_set(steps: list[BoundStep], objectives: list[str]) -> list[dict[str, float]]:
+    """A lower bound set from the ε-steps that minimised the first objective (2 or 3 objectives).
 
-    The steps' caps on f2 decrease: eps_0 = inf > eps_1 > ...; step k proved f1 >= b_k for every
-    plan with f2 <= eps_k, so every plan in the band eps_{k+1} < f2 <= eps_k lies above
-    (b_k, eps_{k+1}); below the last cap, above (b_last, 0)."""
-    out = []
-    for k, s in enumerate(steps):
-        if s.bound == math.inf:  # proven infeasible: nothing in that band
-            continue
-        below = steps[k + 1].caps.get(f2, 0.0) if k + 1 < len(steps) else 0.0
-        bound = 0.0 if s.bound is None else max(0.0, float(s.bound))  # no bound proven: f1 >= 0 only
-        out.append({f1: bound, f2: float(max(0.0, below))})
-    return out
+    A step with caps c (on the other objectives; absent = infinite) and proven bound b says: no
+    plan has f_j <= c_j for every capped j and f1 < b (b = inf: no plan at all; no bound: 0, as
+    every objective is >= 0). So f1 >= B(y) = max{b_s : y_j <= c_sj for all j} for every plan y.
+    B is constant on the cells of the grid of the steps' caps (0 and inf added): on the cell
+    (g_i, g_i+1] x (h_k, h_k+1] it is the largest bound of the steps whose caps reach g_i+1 and
+    h_k+1. Every plan in that cell lies above (B, g_i, h_k): those corners, cells with B = inf
+    dropped and points above another dropped, are the set. Every feasible plan weakly dominates
+    one of them (no plan lies strictly below the set)."""
+    f1, rest = objectives[0], list(objectives[1:])
+    used = [s for s in steps if s.minimised == f1]
+    if not used:
+        return [{o: 0.0 for o in objectives}]
+    grids = [sorted({0.0, math.inf} | {max(0.0, float(s.caps[o])) for s in used if o in s.caps}) for o in rest]
+
+    def bound_of(s: BoundStep) -> float:
+        return 0.0 if s.bound is None else max(0.0, float(s.bound))
+
+    caps = [[float(s.caps.get(o, math.inf)) for o in rest] for s in used]
+    bounds = [bound_of(s) for s in used]
+    cells: set[tuple[float, ...]] = set()
+
+    def walk(j: int, corner: list[float], upper: list[float]) -> None:
+        if j == len(rest):
+            b = max((bd for bd, c in zip(bounds, caps) if all(ci >= u for ci, u in zip(c, upper))), default=0.0)
+            if b != math.inf:
+                cells.add((b, *corner))
+            return
+        g = grids[j]
+        for i in range(len(g) - 1):
+            walk(j + 1, corner + [g[i]], upper + [g[i + 1]])
+
+    walk(0, [], [])
+    pts = list(cells)
+    keep = [p for p in pts if not any(q != p and all(a <= b for a, b in zip(q, p)) for q in pts)]
+    return [dict(zip([f1] + rest, p)) for p in sorted(keep, key=lambda p: p[1:])]
 
 
 def pareto_front(instance: Instance, objectives, *, planner: str = "milp", solve: Solve | None = None,
                  time_limit: float | None = None, max_points: int | None = None,
                  reference: list[float] | None = None, planner_options: dict | None = None) -> ParetoFront:
-    """The Pareto front of ``instance`` over 2 or 3 of latency, energy, memory (see the module doc).
+    """The Pareto front of ``instance`` over 2 or 3 of latency, energy, memory, period (see the module doc).
 
     ``solve`` replaces the planner (a callable ``(instance, objective, time_limit) -> PlanResult``);
     ``max_points`` stops after that many points; ``reference`` is the hypervolume's reference point
@@ -318,7 +419,8 @@ def pareto_front(instance: Instance, objectives, *, planner: str = "milp", solve
     objs = check_objectives(objectives)
     if reference is not None and len(reference) != len(objs):
         raise PlannerError(f"--reference: give {len(objs)} values, one per objective (got {len(reference)})")
-    run = _Run(instance, solve or planner_solve(planner, **(planner_options or {})), time_limit, max_points)
+    run = _Run(instance, solve or planner_solve(planner, **(planner_options or {})), time_limit, max_points,
+               graph_lex=solve is None and planner == "milp" and not planner_options)
     found: list[ParetoPoint] = []
     if len(objs) == 2:
         complete = run.front2(objs[0], objs[1], [], {}, found)
@@ -343,14 +445,12 @@ def pareto_front(instance: Instance, objectives, *, planner: str = "milp", solve
                         steps=run.steps, reference=ref, solves=run.solves)
     front.hypervolume = hypervolume(vectors, ref) if ref else None
     if not certified:
-        if len(objs) == 2:
-            front.bound_set = lower_bound_set_2d(run.steps, objs[0], objs[1])
-            if ref and front.bound_set:
-                front.bound_hypervolume = hypervolume([tuple(b[o] for o in objs) for b in front.bound_set], ref)
+        front.bound_set = lower_bound_set(run.steps, objs)
+        if ref and front.bound_set:
+            front.bound_hypervolume = hypervolume([tuple(b[o] for o in objs) for b in front.bound_set], ref)
         reasons = [run.stopped] if run.stopped else []
         if complete:
             reasons.append("some steps were not proven optimal")
-        front.message = "; ".join(reasons) + ("" if len(objs) == 2 else
-                                              "; no bound set for three objectives (not implemented)")
+        front.message = "; ".join(reasons)
     front.elapsed_s = time.perf_counter() - run.started
     return front

@@ -152,6 +152,10 @@ def exit_class(lb: LayoutBounds, group: StageGroup, last_read: dict[str, int]) -
     return tuple((t, lb.layout_id(t, [geo.owns[t] for geo in group.geos if t in geo.owns])) for t in tensors)
 
 
+_MEMO: list = []  # [(key, the objects the key names by id, LayoutBounds)], most recent last
+_MEMO_SIZE = 2
+
+
 def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
                   max_options: int = 200_000, deadline: float | None = None,
                   symmetry: bool = True) -> LayoutBounds:
@@ -160,7 +164,28 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
     With ``symmetry`` the tables list one device order per sequence of device types
     (``LayoutBounds.types``); without it, every device order. Raises ``SpaceTooLarge`` when
     one stage has more than ``max_options`` options and ``TimeoutError`` past ``deadline`` (a
-    ``time.perf_counter()`` value)."""
+    ``time.perf_counter()`` value).
+
+    The bounds depend on the graph, the devices' cost models and power, the network and the
+    search space, not on the caps: the last two are remembered, so the ε-steps of a Pareto
+    front (the same instance under other caps) compute them once. (Caps that make devices
+    equal can only merge device types, so remembered types stay a valid, finer partition.)"""
+    devs = instance.devices
+    key = (objective, max_options, symmetry, id(instance.graph), id(instance.network), instance.search,
+           instance.dtype_bytes, tuple((d.name, id(d.compute), id(d.power), d.node) for d in devs))
+    for i, (k, _, lb) in enumerate(_MEMO):
+        if k == key:
+            _MEMO.append(_MEMO.pop(i))
+            return lb
+    lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry)
+    # the objects named by id stay referenced, so their ids are not reused while remembered
+    _MEMO.append((key, (instance.graph, instance.network, tuple((d.compute, d.power) for d in devs)), lb))
+    del _MEMO[:-_MEMO_SIZE]
+    return lb
+
+
+def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_options: int,
+                   deadline: float | None, symmetry: bool) -> LayoutBounds:
     t0 = time.perf_counter()
     pr = pr or pricer(instance)
     g = instance.graph

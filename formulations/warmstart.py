@@ -104,7 +104,8 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None,
     bound = dp_value if objective in ADDITIVE else None
     metrics = evaluate_stages(plan_stages(sg, arcs), inst)
     best = (arcs, metrics) if metrics.feasible else None
-    only_memory = inst.constraints.latency_s is None and inst.constraints.energy_j is None
+    only_memory = (inst.constraints.latency_s is None and inst.constraints.energy_j is None
+                   and inst.constraints.period_s is None)
     fixing = None
     if best is None and objective in ADDITIVE and only_memory and capped_search:
         partial = sg.upper is not None and math.isfinite(sg.outside)

@@ -499,6 +499,8 @@ def evaluate_stages(stages, instance: Instance, space_reasons=()) -> Metrics:
         violations.append(f"latency {latency * 1e3:.6g} ms exceeds the cap {float(c.latency_s) * 1e3:.6g} ms")
     if c.energy_j is not None and energy > float(c.energy_j) * (1 + 1e-9):
         violations.append(f"energy {energy:.6g} J exceeds the cap {float(c.energy_j):.6g} J")
+    if c.period_s is not None and period > float(c.period_s) * (1 + 1e-9):
+        violations.append(f"period {period * 1e3:.6g} ms exceeds the cap {float(c.period_s) * 1e3:.6g} ms")
 
     return Metrics(
         latency_s=latency,

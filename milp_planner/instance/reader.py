@@ -52,7 +52,7 @@ POWER_KEYS = ("compute", "tx", "rx")
 NETWORK_KEYS = ("bandwidth_mbps", "latency_ms", "medium", "source", "sink")
 ENDPOINT_KEYS = ("device", "bandwidth_mbps", "latency_ms")
 SEARCH_KEYS = ("fusion_limit", "max_parts", "splits", "axes")
-CONSTRAINT_KEYS = ("memory", "latency_ms", "energy_j")
+CONSTRAINT_KEYS = ("memory", "latency_ms", "energy_j", "period_ms")
 PROFILE_INFO_KEYS = ("source", "assumptions")  # free text in a profile, not device keys
 
 
@@ -720,7 +720,9 @@ def _constraints(ctx: _Ctx, value: Any) -> Constraints:
     lat_s = None if lat is None else _number(ctx, "constraints.latency_ms", lat, positive=True) / 1000
     en = c.get("energy_j")
     en_j = None if en is None else _number(ctx, "constraints.energy_j", en, positive=True)
-    return Constraints(memory=memory, latency_s=lat_s, energy_j=en_j)
+    per = c.get("period_ms")
+    per_s = None if per is None else _number(ctx, "constraints.period_ms", per, positive=True) / 1000
+    return Constraints(memory=memory, latency_s=lat_s, energy_j=en_j, period_s=per_s)
 
 
 # ---------------------------------------------------------------------------------------

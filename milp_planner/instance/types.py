@@ -30,6 +30,7 @@ class Constraints:
     memory: bool = True
     latency_s: Fraction | None = None
     energy_j: Fraction | None = None
+    period_s: Fraction | None = None  # cap on the period (``constraints.period_ms`` / 1000)
 
 
 @dataclass

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,9 +59,13 @@ def run_report(instances, planners="all", *, time_limit: float | None = 60.0, re
                out="report", workers: int | None = None, dask: str | None = None, cache_dir=None,
                options: dict[str, dict] | None = None, retry_failed: bool = False, progress: bool = True,
                grace_factor: float | None = None, grace_s: float | None = None, on_result=None,
-               console=None) -> ReportOutcome:
+               console=None, pareto=None, pareto_time_limit: float | None = None) -> ReportOutcome:
     """Run, cache, and write ``results.csv``, ``report.md`` (+ ``figures/``) and ``report.html`` in ``out``.
 
+    ``pareto``: ``--pareto`` items (``"[INSTANCE=]OBJ,OBJ[,OBJ]"`` text or ``ParetoRequest``s of
+    ``report.pareto_section``): a Pareto section with NSGA-II against the front on those
+    instances, each front and NSGA-II run within ``pareto_time_limit`` (default ``time_limit``);
+    its numbers also go to ``pareto.json``.
     Nothing is written to ``out`` until every run is back; each file is then written atomically.
     """
     from milp_planner.instance import load_instance
@@ -91,6 +96,13 @@ def run_report(instances, planners="all", *, time_limit: float | None = 60.0, re
     for inst, p in zip(loaded, paths):
         if inst.path is None:
             inst.path = p
+    from milp_planner.report import pareto_section
+
+    requests = [r if isinstance(r, pareto_section.ParetoRequest) else pareto_section.parse_pareto_spec(r)
+                for r in (pareto or [])]
+    pareto_section.check_requests(loaded, requests)
+    if pareto_time_limit is not None and pareto_time_limit <= 0:
+        raise PlannerError("--pareto-time-limit must be positive")
     tasks = runner.make_tasks(loaded, names, time_limit=time_limit, repeats=repeats, options=options)
 
     out = Path(out)
@@ -110,6 +122,17 @@ def run_report(instances, planners="all", *, time_limit: float | None = 60.0, re
     }
     by_file = {str(Path(i.path).resolve()): i for i in loaded}
     doc = build_document(rows, by_file, meta)
+    comparisons = []
+    if requests:
+        if progress:
+            print(f"Pareto section: {len(requests)} request(s), fronts and NSGA-II in this process "
+                  "(not cached)", file=sys.stderr)
+        comparisons = pareto_section.run_requests(
+            loaded, requests, time_limit if pareto_time_limit is None else pareto_time_limit,
+            on_done=(lambda c: print(f"  {c.instance} {' x '.join(c.objectives)}: {len(c.front.points)} points, "
+                                     f"{'certified' if c.front.certified else 'bounded'}", file=sys.stderr))
+            if progress else None)
+        pareto_section.insert_blocks(doc, pareto_section.pareto_blocks(comparisons))
     # Everything is rendered in memory before the first byte goes to ``out``.
     md = render_markdown(doc)
     html = render_html(doc)
@@ -130,6 +153,11 @@ def run_report(instances, planners="all", *, time_limit: float | None = 60.0, re
     _write(written["html"], html)
     _write(written["md"], md)
     _write(written["csv"], csv_text)
+    if comparisons:
+        from milp_planner.io import dumps_json
+
+        written["pareto"] = out / "pareto.json"
+        _write(written["pareto"], dumps_json([c.to_dict() for c in comparisons]) + "\n")
     written["figures"] = fig_dir
     written["cache"] = cache.dir
     return ReportOutcome(rows, written, summary.ran, summary.cached)

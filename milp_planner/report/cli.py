@@ -57,11 +57,15 @@ def cmd_report(args) -> int:
     time_limit = None if args.time_limit == 0 else args.time_limit
     options = parse_options(args.option)
     check_report_args(args, options)
+    from milp_planner.report.pareto_section import parse_pareto_spec
+
+    args.pareto = [parse_pareto_spec(p) for p in args.pareto or []]
     try:
         outcome = run_report(
             args.instances, args.planners, time_limit=time_limit, repeats=args.repeats, out=args.out,
             workers=args.workers, dask=args.dask, cache_dir=args.cache, options=options,
             retry_failed=args.retry_failed, progress=not args.quiet, grace_s=args.grace,
+            pareto=args.pareto, pareto_time_limit=args.pareto_time_limit,
         )
     except Terminated:
         print("milp-planner: report terminated (SIGTERM); its workers were stopped, finished runs are in the "
@@ -77,8 +81,9 @@ def cmd_report(args) -> int:
         note.append(f"{timeouts} timed out without a plan")
     print(f"{len(rows)} runs ({outcome.ran} run now, {outcome.cached} from the cache"
           + (", " + ", ".join(note) if note else "") + ")", file=sys.stderr)
-    for key in ("html", "md", "csv"):
-        print(f"wrote {outcome.paths[key]}")
+    for key in ("html", "md", "csv", "pareto"):
+        if key in outcome.paths:
+            print(f"wrote {outcome.paths[key]}")
     return 0
 
 
@@ -109,5 +114,11 @@ def add_report_parser(sub):
     s.add_argument("--grace", type=TIME_LIMIT, default=30.0, metavar="S",
                    help="extra seconds before an overrunning run is killed (default 30)")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    s.add_argument("--pareto", action="append", metavar="[INSTANCE=]OBJ,OBJ[,OBJ]",
+                   help="add a Pareto section: NSGA-II (autodice) against the ε-constraint front over these "
+                        "objectives, on the named instance (name, file stem or path) or on every instance; "
+                        "repeatable")
+    s.add_argument("--pareto-time-limit", type=seconds(), default=None, metavar="S",
+                   help="seconds for each front and each NSGA-II run of the Pareto section (default --time-limit)")
     s.set_defaults(func=cmd_report)
     return s

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from milp_planner.io import dumps_json, write_atomic
 
-UNITS = {"latency": ("latency (ms)", 1e3), "energy": ("energy (J)", 1.0), "memory": ("max memory (MB)", 1e-6)}
+UNITS = {"latency": ("latency (ms)", 1e3), "energy": ("energy (J)", 1.0), "memory": ("max memory (MB)", 1e-6),
+         "period": ("period (ms)", 1e3)}
 
 
 def front_csv(front) -> str:

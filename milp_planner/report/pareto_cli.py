@@ -59,7 +59,7 @@ def add_pareto_parser(sub) -> None:
     s = sub.add_parser("pareto", help="the Pareto front over 2 or 3 objectives (ε-constraint over an exact planner)")
     s.add_argument("instance")
     s.add_argument("--objectives", type=_objectives, default=["latency", "energy"],
-                   help="2 or 3 of latency, energy, memory, comma-separated (default latency,energy)")
+                   help="2 or 3 of latency, energy, memory, period, comma-separated (default latency,energy)")
     s.add_argument("--points", type=integer(1, 100_000), default=None, help="stop after N points")
     s.add_argument("--time-limit", type=TIME_LIMIT, default=None,
                    help="seconds for the whole front (the points found by then are returned, with bounds)")
