@@ -192,18 +192,23 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
             carries: dict[tuple, int] = {}
             read_keys: dict[tuple, int] = {}
             tab.carry_of = np.array([carries.setdefault(tuple(x for x in key if x[0] in live), len(carries))
-                                     for key in keys], dtype=np.int64)
+                                     for key in _checked(keys, deadline)], dtype=np.int64)
             tab.read_of = np.array([read_keys.setdefault(tuple(x for x in key if x[0] in reads), len(read_keys))
-                                    for key in keys], dtype=np.int64)
+                                    for key in _checked(keys, deadline)], dtype=np.int64)
             nxt = lb.classes[e + 1]
-            tab.merged = np.array([[nxt.setdefault(tuple(sorted(x + y)), len(nxt)) for y in carries]
-                                   for x in tab.exits], dtype=np.int64).reshape(len(exits), -1)
+            carry_keys = list(carries)
+            # exits x carries classes: millions on wide DAGs (DenseNet), so the deadline is
+            # checked every few thousand of them
+            tab.merged = np.array([[nxt.setdefault(tuple(sorted(x + y)), len(nxt)) for y in carry_keys]
+                                   for x in _checked(tab.exits, deadline, max(1, CHECK_EVERY // len(carry_keys)))],
+                                  dtype=np.int64).reshape(len(exits), -1)
             tab.best = cost.least_floors(lb, pr, tab, list(read_keys), deadline)
             lb.tables[(b, e)] = tab
 
     lb.to_go = [None] * (n + 1)
     lb.to_go[n] = np.zeros(len(lb.classes[n]))
     for b in range(n - 1, -1, -1):
+        _check(deadline)
         best = np.full(len(lb.classes[b]), np.inf)
         for e in range(b, min(n, b + fl)):
             tab = lb.tables[(b, e)]
@@ -252,15 +257,17 @@ class _FloorCost:
         for t in sorted({t for key in read_keys for t, _ in key}):
             if t not in needs:
                 continue
+            _check(deadline)
             lids = sorted({lid for key in read_keys for tt, lid in key if tt == t})
             pos = {lid: i for i, lid in enumerate(lids)}
             regions = {lid: regs for regs, lid in lb.layouts[t].items()}
             r_t = self._received(pr, t, [regions[lid] for lid in lids], needs[t])  # (L, dev, G, kmax)
             rr = (r_t.reshape(len(lids), -1)[:, flat_idx] * mask[None]).transpose(2, 0, 1)  # (kmax, L, options)
             rr = np.ascontiguousarray(np.concatenate([rr, np.zeros((kmax, 1, O))], axis=1))
-            which = np.array([pos.get(dict(key).get(t), len(lids)) for key in read_keys], dtype=np.int64)
+            which = np.array([pos.get(dict(key).get(t), len(lids)) for key in _checked(read_keys, deadline)],
+                             dtype=np.int64)
             terms.append((rr, which))
-        keep, starts = self._undominated(order, starts, devices, comp, [rr for rr, _ in terms])
+        keep, starts = self._undominated(order, starts, devices, comp, [rr for rr, _ in terms], deadline)
         devices, comp, mask = devices[keep], comp[keep], mask[keep]
         terms = [(rr[:, :, keep], which) for rr, which in terms]
         # float32 halves the memory traffic; the floors are lowered by far more than its
@@ -293,7 +300,7 @@ class _FloorCost:
                 out[lo:hi][:, exit_ids] = least(rr)
         return out * (1 - SAFE)
 
-    def _undominated(self, order, starts, devices, comp, receives):
+    def _undominated(self, order, starts, devices, comp, receives, deadline: float | None = None):
         """Options (sorted by exit) no other option of their exit beats: one nowhere worse, part
         by part, in compute and in what it receives from every layout, has a floor at most as
         large from every class. Returns them and the start of each exit among them."""
@@ -311,6 +318,7 @@ class _FloorCost:
             if len(cols_x) == 1 or len(cols_x) ** 2 * v.shape[1] > self.MAX_PAIRWISE:
                 keep.extend(cols_x)  # nothing to compare, or too many options to compare pairwise
                 continue
+            _check(deadline)  # one exit compares up to MAX_PAIRWISE values
             vx = v[cols_x]
             le = (vx[:, None, :] <= vx[None, :, :]).all(axis=2)  # le[i, j]: i nowhere worse than j
             n_x = len(cols_x)
@@ -359,6 +367,17 @@ class _FloorCost:
             return (comp.sum(axis=1)[None] + rr.sum(axis=0)) / self.n_dev
         w = np.array([sum(groups[gi].weights) / self.n_dev for gi in group])
         return np.broadcast_to(w[None], rr.shape[1:])
+
+
+CHECK_EVERY = 4096  # Python-level items between two deadline and memory checks
+
+
+def _checked(items, deadline: float | None, every: int = CHECK_EVERY):
+    """``items``, with ``_check(deadline)`` before every ``every``-th one."""
+    for i, item in enumerate(items):
+        if i % every == 0:
+            _check(deadline)
+        yield item
 
 
 def _check(deadline: float | None) -> None:
