@@ -186,3 +186,36 @@ def test_exact_planners_stop_at_the_limit_on_a_wide_dag(name, wide_dag):
     assert res.solve_time_s <= wall + 1e-6
     assert res.plan is not None and res.metrics.feasible and res.metrics.in_space
     assert res.bound is not None and 0 < res.bound <= res.value * (1 + 1e-9)
+
+
+class _LateContext:
+    """A solve context whose time ran out."""
+
+    objective, threads, seed = "latency", 1, 0
+
+    def remaining(self) -> float:
+        return -1.0
+
+    def report(self, **info) -> None:
+        pass
+
+
+@pytest.mark.parametrize("driver", ["solve_highs", "solve_cpsat"])
+def test_a_driver_past_the_deadline_returns_the_warm_start_without_building(driver, monkeypatch):
+    """Building a MILP or CP-SAT model over many arcs takes seconds: past the deadline the
+    driver returns the warm start, stopped, and builds nothing."""
+    from formulations import drivers, milp, cpsat
+    from formulations.stagegraph import build_stage_graph
+    from formulations.warmstart import dp_warm_start
+
+    def never(*a, **k):
+        raise AssertionError("a model was built past the deadline")
+
+    monkeypatch.setattr(milp, "build_milp", never)
+    monkeypatch.setattr(cpsat, "build_cpsat", never)
+    inst = load_instance(TINY)
+    sg = build_stage_graph(inst)
+    ws = dp_warm_start(sg, "latency")
+    out = getattr(drivers, driver)(sg, _LateContext(), ws, fix_arcs=False)
+    assert out.stopped and not out.optimal and out.arcs == list(ws.arcs)
+    assert out.value == pytest.approx(sg.path_value(ws.arcs, "latency")) and out.bound == ws.bound
