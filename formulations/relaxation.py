@@ -196,12 +196,7 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
             tab.read_of = np.array([read_keys.setdefault(tuple(x for x in key if x[0] in reads), len(read_keys))
                                     for key in _checked(keys, deadline)], dtype=np.int64)
             nxt = lb.classes[e + 1]
-            carry_keys = list(carries)
-            # exits x carries classes: millions on wide DAGs (DenseNet), so the deadline is
-            # checked every few thousand of them
-            tab.merged = np.array([[nxt.setdefault(tuple(sorted(x + y)), len(nxt)) for y in carry_keys]
-                                   for x in _checked(tab.exits, deadline, max(1, CHECK_EVERY // len(carry_keys)))],
-                                  dtype=np.int64).reshape(len(exits), -1)
+            tab.merged = _merge_classes(nxt, tab.exits, list(carries), deadline)
             tab.best = cost.least_floors(lb, pr, tab, list(read_keys), deadline)
             lb.tables[(b, e)] = tab
 
@@ -378,6 +373,27 @@ def _checked(items, deadline: float | None, every: int = CHECK_EVERY):
         if i % every == 0:
             _check(deadline)
         yield item
+
+
+def _merge_classes(nxt: dict, exits: list[tuple], carries: list[tuple], deadline: float | None) -> np.ndarray:
+    """(exits, carries): the id in ``nxt`` (the next layer's classes, extended in place, row
+    by row) of each exit class merged with each carried class. Millions of merges on wide
+    DAGs (DenseNet, GoogLeNet): the deadline is checked every ``CHECK_EVERY`` of them."""
+    cols = len(carries)
+    out = np.empty((len(exits), cols), dtype=np.int64)
+    if cols <= CHECK_EVERY:
+        rows = max(1, CHECK_EVERY // max(1, cols))
+        for lo in range(0, len(exits), rows):
+            _check(deadline)
+            out[lo:lo + rows] = [[nxt.setdefault(tuple(sorted(x + y)), len(nxt)) for y in carries]
+                                 for x in exits[lo:lo + rows]]
+        return out
+    for i, x in enumerate(exits):
+        for lo in range(0, cols, CHECK_EVERY):
+            _check(deadline)
+            out[i, lo:lo + CHECK_EVERY] = [nxt.setdefault(tuple(sorted(x + y)), len(nxt))
+                                           for y in carries[lo:lo + CHECK_EVERY]]
+    return out
 
 
 def _check(deadline: float | None) -> None:

@@ -219,3 +219,21 @@ def test_a_driver_past_the_deadline_returns_the_warm_start_without_building(driv
     out = getattr(drivers, driver)(sg, _LateContext(), ws, fix_arcs=False)
     assert out.stopped and not out.optimal and out.arcs == list(ws.arcs)
     assert out.value == pytest.approx(sg.path_value(ws.arcs, "latency")) and out.bound == ws.bound
+
+
+@pytest.mark.parametrize("every", [1, 3, 4096])
+def test_class_merge_in_chunks_is_the_plain_merge(every, monkeypatch):
+    """The layout relaxation merges classes in chunks (to check the deadline between them):
+    the same ids, in the same order, as one pass."""
+    from formulations import relaxation
+
+    monkeypatch.setattr(relaxation, "CHECK_EVERY", every)
+    exits = [(("a", 1),), (("b", 2), ("c", 0)), ()]
+    carries = [(("d", i),) for i in range(7)] + [()]
+    plain: dict = {(): 0}
+    want = [[plain.setdefault(tuple(sorted(x + y)), len(plain)) for y in carries] for x in exits]
+    nxt: dict = {(): 0}
+    got = relaxation._merge_classes(nxt, exits, carries, None)
+    assert got.tolist() == want and list(nxt) == list(plain)
+    with pytest.raises(TimeoutError):
+        relaxation._merge_classes({}, exits, carries, time.perf_counter() - 1.0)
