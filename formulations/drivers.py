@@ -51,6 +51,17 @@ def _none_within(ws: WarmStart, cut: float | None) -> GraphSolve:
                       cutoff=cut, info={"model_arcs": 0})
 
 
+def _out_of_time(sg: StageGraph, ctx: SolverContext, ws: WarmStart) -> GraphSolve | None:
+    """The time limit ran out before the solver's model was built (building one over many
+    arcs takes seconds): the warm start, stopped; None while there is time left."""
+    left = ctx.remaining()
+    if left is None or left > 0:
+        return None
+    arcs = list(ws.arcs) if ws.feasible else []
+    return GraphSolve(arcs, sg.path_value(arcs, ctx.objective) if arcs else None, ws.bound, False, stopped=True,
+                      info={"model_arcs": 0})
+
+
 def solve_highs(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, solver_name: str = "appsi_highs",
                 fix_arcs: bool = True, log: bool = False) -> GraphSolve:
     """The path-flow MILP of ``formulations.milp`` over the arcs that survive fixing, with the
@@ -66,6 +77,9 @@ def solve_highs(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, solver_nam
                incumbent=ws.incumbent, bound=ws.bound, force=True)
     if keep is not None and not set(sg.out_arcs[sg.source]) & set(keep):  # nothing within the cutoff
         return _none_within(ws, cut)
+    late = _out_of_time(sg, ctx, ws)
+    if late is not None:
+        return late
     m = build_milp(sg, obj, arcs=keep)
     if cut is not None:
         target = m.peak if obj == "memory" else getattr(m, obj)
@@ -120,6 +134,9 @@ def solve_cpsat(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, fix_arcs: 
         return _none_within(ws, cut)
     ctx.report(phase=f"CP-SAT on {len(keep) if keep is not None else len(sg.arcs):,} arcs",
                incumbent=ws.incumbent, bound=ws.bound, force=True)
+    late = _out_of_time(sg, ctx, ws)
+    if late is not None:
+        return late
     cm = build_cpsat(sg, obj, arcs=keep)
     if cut is not None and obj == "memory":  # bytes, exact: every device within the cutoff
         for mem in cm.memory.values():

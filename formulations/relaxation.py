@@ -217,18 +217,18 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
             carries: dict[tuple, int] = {}
             read_keys: dict[tuple, int] = {}
             tab.carry_of = np.array([carries.setdefault(tuple(x for x in key if x[0] in live), len(carries))
-                                     for key in keys], dtype=np.int64)
+                                     for key in _checked(keys, deadline)], dtype=np.int64)
             tab.read_of = np.array([read_keys.setdefault(tuple(x for x in key if x[0] in reads), len(read_keys))
-                                    for key in keys], dtype=np.int64)
+                                    for key in _checked(keys, deadline)], dtype=np.int64)
             nxt = lb.classes[e + 1]
-            tab.merged = np.array([[nxt.setdefault(tuple(sorted(x + y)), len(nxt)) for y in carries]
-                                   for x in tab.exits], dtype=np.int64).reshape(len(exits), -1)
+            tab.merged = _merge_classes(nxt, tab.exits, list(carries), deadline)
             tab.best = cost.least_floors(lb, pr, tab, list(read_keys), deadline)
             lb.tables[(b, e)] = tab
 
     lb.to_go = [None] * (n + 1)
     lb.to_go[n] = np.zeros(len(lb.classes[n]))
     for b in range(n - 1, -1, -1):
+        _check(deadline)
         best = np.full(len(lb.classes[b]), np.inf)
         for e in range(b, min(n, b + fl)):
             tab = lb.tables[(b, e)]
@@ -277,15 +277,17 @@ class _FloorCost:
         for t in sorted({t for key in read_keys for t, _ in key}):
             if t not in needs:
                 continue
+            _check(deadline)
             lids = sorted({lid for key in read_keys for tt, lid in key if tt == t})
             pos = {lid: i for i, lid in enumerate(lids)}
             regions = {lid: regs for regs, lid in lb.layouts[t].items()}
             r_t = self._received(pr, t, [regions[lid] for lid in lids], needs[t])  # (L, dev, G, kmax)
             rr = (r_t.reshape(len(lids), -1)[:, flat_idx] * mask[None]).transpose(2, 0, 1)  # (kmax, L, options)
             rr = np.ascontiguousarray(np.concatenate([rr, np.zeros((kmax, 1, O))], axis=1))
-            which = np.array([pos.get(dict(key).get(t), len(lids)) for key in read_keys], dtype=np.int64)
+            which = np.array([pos.get(dict(key).get(t), len(lids)) for key in _checked(read_keys, deadline)],
+                             dtype=np.int64)
             terms.append((rr, which))
-        keep, starts = self._undominated(order, starts, devices, comp, [rr for rr, _ in terms])
+        keep, starts = self._undominated(order, starts, devices, comp, [rr for rr, _ in terms], deadline)
         devices, comp, mask = devices[keep], comp[keep], mask[keep]
         terms = [(rr[:, :, keep], which) for rr, which in terms]
         # float32 halves the memory traffic; the floors are lowered by far more than its
@@ -318,7 +320,7 @@ class _FloorCost:
                 out[lo:hi][:, exit_ids] = least(rr)
         return out * (1 - SAFE)
 
-    def _undominated(self, order, starts, devices, comp, receives):
+    def _undominated(self, order, starts, devices, comp, receives, deadline: float | None = None):
         """Options (sorted by exit) no other option of their exit beats: one nowhere worse, part
         by part, in compute and in what it receives from every layout, has a floor at most as
         large from every class. Returns them and the start of each exit among them."""
@@ -336,6 +338,7 @@ class _FloorCost:
             if len(cols_x) == 1 or len(cols_x) ** 2 * v.shape[1] > self.MAX_PAIRWISE:
                 keep.extend(cols_x)  # nothing to compare, or too many options to compare pairwise
                 continue
+            _check(deadline)  # one exit compares up to MAX_PAIRWISE values
             vx = v[cols_x]
             le = (vx[:, None, :] <= vx[None, :, :]).all(axis=2)  # le[i, j]: i nowhere worse than j
             n_x = len(cols_x)
@@ -384,6 +387,38 @@ class _FloorCost:
             return (comp.sum(axis=1)[None] + rr.sum(axis=0)) / self.n_dev
         w = np.array([sum(groups[gi].weights) / self.n_dev for gi in group])
         return np.broadcast_to(w[None], rr.shape[1:])
+
+
+CHECK_EVERY = 4096  # Python-level items between two deadline and memory checks
+
+
+def _checked(items, deadline: float | None, every: int = CHECK_EVERY):
+    """``items``, with ``_check(deadline)`` before every ``every``-th one."""
+    for i, item in enumerate(items):
+        if i % every == 0:
+            _check(deadline)
+        yield item
+
+
+def _merge_classes(nxt: dict, exits: list[tuple], carries: list[tuple], deadline: float | None) -> np.ndarray:
+    """(exits, carries): the id in ``nxt`` (the next layer's classes, extended in place, row
+    by row) of each exit class merged with each carried class. Millions of merges on wide
+    DAGs (DenseNet, GoogLeNet): the deadline is checked every ``CHECK_EVERY`` of them."""
+    cols = len(carries)
+    out = np.empty((len(exits), cols), dtype=np.int64)
+    if cols <= CHECK_EVERY:
+        rows = max(1, CHECK_EVERY // max(1, cols))
+        for lo in range(0, len(exits), rows):
+            _check(deadline)
+            out[lo:lo + rows] = [[nxt.setdefault(tuple(sorted(x + y)), len(nxt)) for y in carries]
+                                 for x in exits[lo:lo + rows]]
+        return out
+    for i, x in enumerate(exits):
+        for lo in range(0, cols, CHECK_EVERY):
+            _check(deadline)
+            out[i, lo:lo + CHECK_EVERY] = [nxt.setdefault(tuple(sorted(x + y)), len(nxt))
+                                           for y in carries[lo:lo + CHECK_EVERY]]
+    return out
 
 
 def _check(deadline: float | None) -> None:

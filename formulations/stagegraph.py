@@ -36,7 +36,7 @@ from milp_planner.space.plan import Plan
 
 from formulations.budget import check_memory
 from formulations.options import SpaceTooLarge, StageOption, stage_options
-from formulations.relaxation import LayoutBounds, StageTable, box_cells, layout_bounds
+from formulations.relaxation import CHECK_EVERY, LayoutBounds, StageTable, box_cells, layout_bounds
 from formulations.symmetry import REDUCTIONS, Expander, trivial_types
 
 
@@ -247,6 +247,13 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     floors: list[float] = []
 
     memo = {} if memo is None else memo
+    seen = 0  # options looked at: the deadline is checked every CHECK_EVERY of them
+
+    def check():
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeoutError("stage graph enumeration exceeded the time limit")
+        check_memory()
+
     for b in range(n):
         for nid in sorted(frontier.get(b, ()), key=lambda i: prefix[i]):
             _, state = nodes[nid]
@@ -256,6 +263,7 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
             ctx = None
             gs = prefix[nid]
             for e in range(b, min(n, b + fl)):
+                check()  # one node's stages can hold many thousand options on wide DAGs
                 tab = bounds.tables[(b, e)]
                 need = slack - gs  # the options whose floor with what is left fits
                 near = nears.get(e)
@@ -264,7 +272,7 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
                         ctx = expander.context(used, owners)
                     # the options a bound up to 1 % larger would look at, sorted (for later rounds)
                     thr = need + 0.01 * slack if bounded else math.inf
-                    near = _near_options(exact, expander, bounds, tab, b, e, owners, ctx, thr)
+                    near = _near_options(exact, expander, bounds, tab, b, e, owners, ctx, thr, check)
                     if bounded:
                         nears[e] = near
                 k = int(np.searchsorted(near.vals, need, side="right"))
@@ -272,6 +280,9 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
                     outside = min(outside, gs + (float(near.vals[k]) if k < len(near.vals) else near.beyond))
                 for oi, devs, after_oi in zip(near.src[:k].tolist(), near.devices[:k].tolist(),
                                               near.after[:k].tolist()):
+                    seen += 1
+                    if seen % CHECK_EVERY == 0:
+                        check()
                     grp = tab.groups[tab.group[oi]]
                     devs = tuple(devs[:len(grp.geos)])
                     hit = priced.get((e, oi, devs))
@@ -305,9 +316,7 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
                             f"{instance.name}: the plan space has more than {max_arcs} stage arcs"
                             + (f" within {upper:.6g} ({objective})" if bounded else "")
                             + "; reduce search.fusion_limit, max_parts or splits, or use a heuristic planner")
-            if deadline is not None and time.perf_counter() > deadline:
-                raise TimeoutError("stage graph enumeration exceeded the time limit")
-            check_memory()
+            check()
         if progress is not None:
             progress(phase=f"enumerating the plan graph, layer {b + 1} of {n}", arcs=len(arcs))
 
@@ -373,11 +382,12 @@ class _Near(NamedTuple):
 
 
 def _near_options(exact: "_ExactFloors", expander: Expander, bounds: LayoutBounds, tab: StageTable,
-                  b: int, e: int, owners: dict, ctx: tuple, thr: float) -> _Near:
+                  b: int, e: int, owners: dict, ctx: tuple, thr: float, check=None) -> _Near:
     """The device orders of stage b..e that the node allows (``expander``, context ``ctx``)
     with floor plus bound after at most ``thr``. Type-level orders are filtered first with a
     floor that lets each part take the cheapest device of its orbit; only those left are
-    expanded into real device orders and priced exactly (vectorised)."""
+    expanded into real device orders and priced exactly (vectorised). ``check()``, if given,
+    is called every few dozen expansions (it raises at the deadline)."""
     devices, comp, mask, _ = tab.flat()
     after_t = bounds.after(b, e, owners)
     recv, energy = exact.received(tab, owners)
@@ -401,6 +411,8 @@ def _near_options(exact: "_ExactFloors", expander: Expander, bounds: LayoutBound
     bounds_at = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
     srcs, devs = [], []
     for u in range(len(uniq)):
+        if check is not None and u % 64 == 63:
+            check()
         members = cand[order[bounds_at[u]:bounds_at[u + 1]]]
         oi = int(cand[first[u]])
         rep = tuple(devices[oi, :kparts[first[u]]].tolist())

@@ -158,3 +158,82 @@ def test_cli_with_a_huge_space_answers_in_one_line_within_the_limit(tmp_path):
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "options" in lines[0] and "Traceback" not in out.stderr
+
+
+WIDE = ROOT / "instances" / "autodice" / "densenet121-xaviernx-5.yaml"
+
+
+@pytest.fixture(scope="module")
+def wide_dag():
+    """DenseNet-121 on five Xavier NX: a wide DAG whose layout relaxation alone outlasts 10 s
+    (millions of classes where dense blocks concatenate)."""
+    return load_instance(WIDE)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dp", "milp", "cpsat"])
+def test_exact_planners_stop_at_the_limit_on_a_wide_dag(name, wide_dag):
+    """The relaxation's class merge ran 3-7 s past a 10 s limit before it checked the deadline
+    every few thousand classes; the run still returns a plan and a proven bound."""
+    import pyomo.environ  # noqa: F401  (imports are not the planner's time)
+    from ortools.sat.python import cp_model  # noqa: F401
+
+    limit = 10.0
+    t0 = time.perf_counter()
+    res = get_planner(name).solve(wide_dag, objective="latency", time_limit=limit)
+    wall = time.perf_counter() - t0
+    assert res.solve_time_s <= slack(limit), f"{name} took {res.solve_time_s:.1f} s on a {limit} s limit"
+    assert res.solve_time_s <= wall + 1e-6
+    assert res.plan is not None and res.metrics.feasible and res.metrics.in_space
+    assert res.bound is not None and 0 < res.bound <= res.value * (1 + 1e-9)
+
+
+class _LateContext:
+    """A solve context whose time ran out."""
+
+    objective, threads, seed = "latency", 1, 0
+
+    def remaining(self) -> float:
+        return -1.0
+
+    def report(self, **info) -> None:
+        pass
+
+
+@pytest.mark.parametrize("driver", ["solve_highs", "solve_cpsat"])
+def test_a_driver_past_the_deadline_returns_the_warm_start_without_building(driver, monkeypatch):
+    """Building a MILP or CP-SAT model over many arcs takes seconds: past the deadline the
+    driver returns the warm start, stopped, and builds nothing."""
+    from formulations import drivers, milp, cpsat
+    from formulations.stagegraph import build_stage_graph
+    from formulations.warmstart import dp_warm_start
+
+    def never(*a, **k):
+        raise AssertionError("a model was built past the deadline")
+
+    monkeypatch.setattr(milp, "build_milp", never)
+    monkeypatch.setattr(cpsat, "build_cpsat", never)
+    inst = load_instance(TINY)
+    sg = build_stage_graph(inst)
+    ws = dp_warm_start(sg, "latency")
+    out = getattr(drivers, driver)(sg, _LateContext(), ws, fix_arcs=False)
+    assert out.stopped and not out.optimal and out.arcs == list(ws.arcs)
+    assert out.value == pytest.approx(sg.path_value(ws.arcs, "latency")) and out.bound == ws.bound
+
+
+@pytest.mark.parametrize("every", [1, 3, 4096])
+def test_class_merge_in_chunks_is_the_plain_merge(every, monkeypatch):
+    """The layout relaxation merges classes in chunks (to check the deadline between them):
+    the same ids, in the same order, as one pass."""
+    from formulations import relaxation
+
+    monkeypatch.setattr(relaxation, "CHECK_EVERY", every)
+    exits = [(("a", 1),), (("b", 2), ("c", 0)), ()]
+    carries = [(("d", i),) for i in range(7)] + [()]
+    plain: dict = {(): 0}
+    want = [[plain.setdefault(tuple(sorted(x + y)), len(plain)) for y in carries] for x in exits]
+    nxt: dict = {(): 0}
+    got = relaxation._merge_classes(nxt, exits, carries, None)
+    assert got.tolist() == want and list(nxt) == list(plain)
+    with pytest.raises(TimeoutError):
+        relaxation._merge_classes({}, exits, carries, time.perf_counter() - 1.0)
