@@ -180,6 +180,13 @@ def minmax_warm_start(sg: StageGraph, objective: str, deadline: float | None = N
     upper = sg.upper if partial else math.inf
     res = minmax_search(sg, objective, upper=upper, max_labels=max_labels, deadline=deadline)
     value = sg.path_value(res.arcs, objective) if res.arcs else math.inf
+    if sg.instance.constraints.period_s is not None:
+        # the search does not know the period cap: its optimum without it is only a bound,
+        # and its plan a start only when the evaluator finds it within the cap
+        lower = res.lower if res.stopped else (value if res.optimal else None)
+        if not res.arcs or not evaluate_stages(plan_stages(sg, res.arcs), sg.instance).feasible:
+            return WarmStart([], math.inf, lower, False)
+        return WarmStart(res.arcs, value, lower, True)
     if res.stopped:
         return WarmStart(res.arcs, value, res.lower, bool(res.arcs))
     if res.optimal:
