@@ -29,6 +29,7 @@ _MODULES = {
     "hidp": "hidp:HiDPPlanner",
     "distredge-lcpss": "distredge_lcpss:DistrEdgeLCPSSPlanner",
     "autodice": "autodice:AutoDiCEPlanner",
+    "pipeedge": "pipeedge:PipeEdgePlanner",
     "random": "random_search:RandomSearchPlanner",
     "diapason": "diapason:Diapason",
     "distredge": "distredge_ddpg:DistrEdgeDDPG",
