@@ -52,7 +52,9 @@ from milp_planner.space.geometry import full_region
 
 INF = float("inf")
 CANDIDATES = 6  # the DP's best pipelines the evaluator scores (the DP approximates some costs)
-FULL_ELEMENTS = 8_000_000  # the most range costs held at once (64 MB)
+FULL_ELEMENTS = 8_000_000  # the most distinct range-cost matrices' elements held at once (64 MB)
+BLOCK_ELEMENTS = 2_000_000  # the most candidate values one array operation of the DP handles
+MAX_STATE_BYTES = 512 * 10**6  # the DP's table; past it the DP stops with the pipelines completed
 
 
 @dataclass
@@ -303,42 +305,48 @@ def pipeline_dp(instance: Instance, objective: str, *, types: bool = True, max_d
     radix = [1] * k
     for o in range(1, k):
         radix[o] = radix[o - 1] * (sizes[o - 1] + 1)
-    n_c = radix[-1] * (sizes[-1] + 1)
     # V[c][i, o]: best value with layers 0..i-1 done, device multiset c, last range on orbit o
     # (its cnt[o]-th device); the path is recovered at the end by re-running the last minimum
     V: dict[int, np.ndarray] = {}
+    levels: list[list[int]] = [[] for _ in range(limit + 1)]  # the multisets of each size, as met
+    max_states = max(k + 1, MAX_STATE_BYTES // (8 * (n + 1) * k))
+
     def store(c: int, o: int, vals: np.ndarray, lo: int) -> None:
         """Rows j+1 for j = lo..n-1 of state (c, o) take ``vals`` where better."""
         if c not in V:
             V[c] = np.full((n + 1, k), INF)
+            levels[sum(_counts(c, radix, sizes))].append(c)
         cur = V[c][1 + lo:, o]
         np.minimum(cur, vals, out=cur)
 
     for o in range(k):  # the first range: layers 0..j on the first device of orbit o
         store(radix[o], o, costs.block([-1], [orbits[o][0]], 0)[0, 0, 0], 0)
-    order = sorted(range(n_c), key=lambda c: sum(_counts(c, radix, sizes)))
     complete = True
-    for c in order:
-        if c not in V:
-            continue
-        cnt = _counts(c, radix, sizes)
-        if sum(cnt) >= limit or n < 2:
-            continue
-        if deadline is not None and time.perf_counter() > deadline:
-            complete = False
+    for level in range(1, limit if n >= 2 else 1):
+        for c in levels[level]:
+            if deadline is not None and time.perf_counter() > deadline or len(V) >= max_states:
+                complete = False  # stopped: the pipelines completed so far
+                break
+            cnt = _counts(c, radix, sizes)
+            vc = V[c]
+            lasts = [o for o in range(k) if cnt[o] > 0 and np.isfinite(vc[1:n, o]).any()]
+            nexts = [o2 for o2 in range(k) if cnt[o2] < sizes[o2]]
+            if not lasts or not nexts:
+                continue
+            lo = 1 + int(np.flatnonzero(np.isfinite(vc[1:n, lasts]).any(axis=1))[0])  # first row i reached
+            m = n - lo
+            prev = [orbits[o][cnt[o] - 1] for o in lasts]
+            vals = vc[lo:n, lasts].T[:, None, :, None]
+            step = max(1, BLOCK_ELEMENTS // (len(lasts) * m * m))
+            for g in range(0, len(nexts), step):
+                group = nexts[g:g + step]
+                # cand[o, o2, i, j] = combine(V[i, o], cost of range i..j on o2's next device after o's last)
+                block = costs.block(prev, [orbits[o2][cnt[o2]] for o2 in group], lo)
+                vbest = combine(vals, block).min(axis=(0, 2))  # (len(group), m) over j = lo..n-1
+                for x, o2 in enumerate(group):
+                    store(c + radix[o2], o2, vbest[x], lo)
+        if not complete:
             break
-        vc = V[c]
-        lasts = [o for o in range(k) if cnt[o] > 0 and np.isfinite(vc[1:n, o]).any()]
-        nexts = [o2 for o2 in range(k) if cnt[o2] < sizes[o2]]
-        if not lasts or not nexts:
-            continue
-        lo = 1 + int(np.flatnonzero(np.isfinite(vc[1:n, lasts]).any(axis=1))[0])  # first row i reached
-        # cand[o, o2, i, j] = combine(V[i, o], cost of range i..j on o2's next device after o's last)
-        block = costs.block([orbits[o][cnt[o] - 1] for o in lasts], [orbits[o2][cnt[o2]] for o2 in nexts], lo)
-        vals = vc[lo:n, lasts].T[:, None, :, None]
-        vbest = combine(vals, block).min(axis=(0, 2))  # (K2, n - lo) over j = lo..n-1
-        for x, o2 in enumerate(nexts):
-            store(c + radix[o2], o2, vbest[x], lo)
     finals = sorted((float(v[n, o]), c, o) for c, v in V.items() for o in range(k) if v[n, o] < INF)
     return [Pipeline(_path(c, o, V, costs, orbits, radix, sizes, combine), value, complete)
             for value, c, o in finals[:top]]
