@@ -54,7 +54,7 @@ INF = float("inf")
 CANDIDATES = 6  # the DP's best pipelines the evaluator scores (the DP approximates some costs)
 FULL_ELEMENTS = 8_000_000  # the most distinct range-cost matrices' elements held at once (64 MB)
 BLOCK_ELEMENTS = 2_000_000  # the most candidate values one array operation of the DP handles
-MAX_STATE_BYTES = 512 * 10**6  # the DP's table; past it the DP stops with the pipelines completed
+MAX_STATE_BYTES = 256 * 10**6  # the DP's table; past it the DP stops with the pipelines completed
 
 
 @dataclass
