@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from builders import chain_graph, device, make_instance, residual_graph
+from builders import chain_graph, conv, device, make_instance, residual_graph
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Constraints, SearchSpace
@@ -81,13 +81,22 @@ def test_a_pipeline_uses_several_devices_for_the_period():
     assert res.value < single.value
 
 
-def test_memory_of_every_range_is_the_evaluators():
+def wide_input_graph():
+    """x (1,8,8,8) -> c0 -> t0 (1,1,8,8) -> c1 -> t1 -> c2 -> t2: the input outweighs every
+    later working set (a source device holds it before its own range)."""
+    layers = [conv(0, "c0", "x", "t0", (1, 1, 8, 8)), conv(1, "c1", "t0", "t1", (1, 1, 8, 8)),
+              conv(2, "c2", "t1", "t2", (1, 1, 8, 8))]
+    return LayerGraph("wide-input", layers, {"x": (1, 8, 8, 8)}, ["t2"])
+
+
+@pytest.mark.parametrize("graph", [residual_graph, wide_input_graph])
+def test_memory_of_every_range_is_the_evaluators(graph):
     """The DP's memory of a range (weights + working sets) is what the evaluator counts, for
     skip tensors too and on the source device."""
     n_dev = 3
     devs = [device(f"d{i}") for i in range(n_dev)]
     for source in (external(n_dev), 0):
-        inst = make_instance(residual_graph(), devs, source=source, sink=external(n_dev),
+        inst = make_instance(graph(), devs, source=source, sink=external(n_dev),
                              search=SearchSpace(2, n_dev, ("equal",), ("rows",)))
         t = range_tables(inst, list(range(n_dev)))
         for pipe in pipelines(3, n_dev):

@@ -67,7 +67,8 @@ class RangeTables:
     known to the DP);
     ``src_bytes``/``src_msgs`` what it reads of the graph inputs; ``out_bytes``/``out_msgs``
     the graph outputs it makes (gathered at the sink); ``mem`` its device memory (weights +
-    largest working set) on a device that is not the source, ``mem_src`` on the source device.
+    largest working set) on a device that is not the source, ``mem_src`` on the source device
+    (which holds the graph inputs from the start, before its range too).
     """
 
     comp: dict[int, np.ndarray]
@@ -90,7 +91,6 @@ def range_tables(instance: Instance, devices: list[int]) -> RangeTables:
     g = pr.graph
     n = len(g.layers)
     lr = pr.last_read
-    source_dev = instance.network.source.device
     parts = [pr.geometry.parts(l, l, "none", [None])[0] for l in range(n)]
     weights = np.array([sum(pr.weight_bytes(p, "none").values()) for p in parts], dtype=float)
     computed = np.array([pr.computed_bytes(p) for p in parts], dtype=float)
@@ -151,7 +151,9 @@ def range_tables(instance: Instance, devices: list[int]) -> RangeTables:
     ws_src = owned_live[:n] + need_prev[:n] + need_old[:n] + src_owned[None, :] + computed[None, :]
     w_range = range_sum(weights)
     mem = np.where(tri, w_range + np.maximum.accumulate(np.where(tri, ws, 0.0), axis=1), INF)
-    mem_src = np.where(tri, w_range + np.maximum.accumulate(np.where(tri, ws_src, 0.0), axis=1), INF)
+    ws_src = np.maximum.accumulate(np.where(tri, ws_src, 0.0), axis=1)
+    ws_src[1:] = np.maximum(ws_src[1:], src_owned[0])  # before its range the source holds the inputs
+    mem_src = np.where(tri, w_range + ws_src, INF)
     comp = {}
     for d in devices:
         comp[d] = range_sum(np.array([pr.part_time(d, p) for p in parts]))
