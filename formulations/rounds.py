@@ -36,6 +36,8 @@ from milp_planner.instance import Instance
 
 
 INCUMBENT_PROVEN = 1e-7  # relative: a proven bound this close to the incumbent ends the rounds
+FIRST_CAP = 4000  # arcs a round may enumerate after a round of fewer than FIRST_CAP / 16
+TINY_STEP = 1e-4  # relative: a round this close to the last that overflows is retried larger
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,7 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
     memo: dict = {}  # arcs priced by earlier rounds
     prior = None  # the memory caps' multipliers of the last round that had them
     done_upper = st.lower  # the bound of the last round that finished
+    retry_cap = 0  # a larger cap for a round retried at the same bound
 
     while True:
         if incumbent is not None and st.lower is not None and st.lower >= incumbent * (1 - INCUMBENT_PROVEN):
@@ -145,7 +148,11 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         known = [v for v in (st.best.found.value if st.best else None, incumbent) if v is not None]
         ctx.report(phase=f"round {st.rounds}", within=upper if math.isfinite(upper) else None,
                    incumbent=min(known) if known else None, bound=st.lower, force=True)
-        cap = max_arcs if not math.isfinite(upper) else min(max_arcs, max(budget, 4 * prev_arcs))
+        # a round may grow the graph 16-fold (at least to FIRST_CAP arcs), up to the round budget:
+        # near the optimum a small step can multiply the plans a hundredfold, and a round that
+        # overflows costs what it enumerated before it gave up
+        cap = (max_arcs if not math.isfinite(upper)
+               else min(max_arcs, max(budget, 4 * prev_arcs), max(FIRST_CAP, 16 * prev_arcs, retry_cap)))
         try:
             sg = build_stage_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
                                    deadline=deadline, objective=obj if bounded else "latency",
@@ -157,6 +164,11 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
                 raise SpaceTimeout(st.lower) from None
             return st.stop(timed_out=True)
         except SpaceTooLarge:
+            if math.isfinite(upper) and cap < min(max_arcs, max(budget, 4 * prev_arcs)) and \
+                    upper <= done_upper * (1 + TINY_STEP):
+                # many plans tie within a tiny step (interchangeable devices): a larger round
+                retry_cap = 4 * cap
+                continue
             if math.isfinite(upper) and cap < max_arcs and upper > done_upper * (1 + 1e-7):
                 # too many plans within this bound for one round: try halfway back
                 upper = done_upper + (upper - done_upper) / 2
@@ -169,7 +181,7 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             if st.best is None:
                 raise
             return st.stop()
-        done_upper = upper
+        done_upper, retry_cap = upper, 0
         st.build_s += sg.build_time_s
         whole = not math.isfinite(sg.outside)  # nothing left out but plans that break a cap
         ws = warm_start(sg, obj, deadline, prior)
