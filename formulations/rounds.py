@@ -37,6 +37,7 @@ from milp_planner.instance import Instance
 
 INCUMBENT_PROVEN = 1e-7  # relative: a proven bound this close to the incumbent ends the rounds
 FIRST_CAP = 4000  # arcs a round may enumerate after a round of fewer than FIRST_CAP / 16
+AIM_GROWTH = 4  # the next round aims at this many times the last round's arcs
 TINY_STEP = 1e-4  # relative: a round this close to the last that overflows is retried larger
 
 
@@ -90,6 +91,20 @@ class _State:
                            self.lower, False, self.rounds, self.build_s, timed_out=timed_out, memory_out=memory_out)
 
 
+def _aim(grown: list[tuple[float, int]]) -> float:
+    """The bound at which the next round should enumerate about ``AIM_GROWTH`` times the arcs of
+    the last, from the growth between the last two rounds that found arcs (log-linear in the
+    bound; inf without two such rounds). Near the optimum the count grows ever more slowly, so
+    this errs on the small side."""
+    if len(grown) < 2:
+        return math.inf
+    (u1, a1), (u2, a2) = grown[-2], grown[-1]
+    if a2 <= a1 or u2 <= u1 or u1 <= 0:
+        return math.inf
+    rate = math.log(a2 / a1) / math.log(u2 / u1)
+    return u2 * math.exp(math.log(max(AIM_GROWTH, FIRST_CAP / 2 / a2)) / rate)
+
+
 def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm_start: WarmStarter,
             settings: RoundSettings, incumbent: float | None = None) -> Exploration:
     """Enumerate and solve the space in rounds until an optimum is certified (see the module).
@@ -140,6 +155,7 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
     prior = None  # the memory caps' multipliers of the last round that had them
     done_upper = st.lower  # the bound of the last round that finished
     retry_cap = 0  # a larger cap for a round retried at the same bound
+    grown: list[tuple[float, int]] = []  # (bound, arcs enumerated) of the rounds that found arcs
 
     while True:
         if incumbent is not None and st.lower is not None and st.lower >= incumbent * (1 - INCUMBENT_PROVEN):
@@ -220,8 +236,10 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         # the graphs grow slowly and halves when they grow fast (near the optimum the
         # number of plans within a bound grows very fast)
         growth = growth * 2 if sg.forward_arcs <= 2 * prev_arcs + 1000 else max(growth / 2, 1e-4)
+        if sg.forward_arcs:
+            grown.append((done_upper, sg.forward_arcs))
         prev_arcs = sg.forward_arcs
-        upper = max(sg.outside, upper * (1 + growth))
+        upper = max(sg.outside, min(upper * (1 + growth), _aim(grown)))
         if minmax:
             # period and memory: while the graphs stay tiny (under 200 arcs) the bound doubles
             # until a plan is met; the round within that incumbent certifies (a round too large

@@ -269,12 +269,23 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
             nears, known = memo.setdefault((b, state, used), ({}, {}))
             ctx = None
             gs = prefix[nid]
+            ci = -1  # the node's class in the relaxation (None: not reached by it)
             for e in range(b, min(n, b + fl)):
                 check()  # one node's stages can hold many thousand options on wide DAGs
                 tab = bounds.tables[(b, e)]
                 need = slack - gs  # the options whose floor with what is left fits
                 near = nears.get(e)
                 if near is None or need > near.thr:
+                    if ci == -1:
+                        ci = bounds.classes[b].get(bounds.state_class(owners)) if bounded else None
+                    if ci is not None:
+                        # the relaxation's least floor plus bound after over the whole stage: when
+                        # it exceeds ``need`` by 1 % of the bound no option of the stage fits, nor
+                        # moves ``outside`` (just above ``slack`` as a rule), and pricing them is moot
+                        least = _stage_bound(bounds, tab, e, ci)
+                        if least > need + 0.01 * slack:
+                            outside = min(outside, gs + least)
+                            continue
                     if ctx is None:
                         ctx = expander.context(used, owners)
                     # the options a bound up to 1 % larger would look at, sorted (for later rounds)
@@ -423,6 +434,14 @@ def _prune_backward(nodes, arcs, floors, source, terminals, objective, n_dev, sl
         new_arcs.append(a)
     new_terms = {remap[nid]: t for nid, t in terminals.items() if nid in remap and pre[nid] + suf[nid] <= slack}
     return new_nodes, new_arcs, remap[source], new_terms, cut
+
+
+def _stage_bound(bounds: LayoutBounds, tab: StageTable, e: int, ci: int) -> float:
+    """A lower bound on floor plus bound after of every option of stage ``tab`` (ending at
+    ``e``) from any state of class ``ci``: the relaxation's least floor per exit from the
+    class's read layouts plus the cost to go of the class each exit leads to."""
+    rest = bounds.to_go[e + 1][tab.merged[:, tab.carry_of[ci]]]
+    return float((tab.best[tab.read_of[ci]] + rest).min())
 
 
 class _Near(NamedTuple):
