@@ -167,8 +167,9 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         # a round may grow the graph 16-fold (at least to FIRST_CAP arcs), up to the round budget:
         # near the optimum a small step can multiply the plans a hundredfold, and a round that
         # overflows costs what it enumerated before it gave up
-        cap = (max_arcs if not math.isfinite(upper)
-               else min(max_arcs, max(budget, 4 * prev_arcs), max(FIRST_CAP, 16 * prev_arcs, retry_cap)))
+        cap = (max_arcs if not math.isfinite(upper) else min(max_arcs, max(budget, 4 * prev_arcs)))
+        if not minmax:  # (a min-max round is within the incumbent or a bisection step)
+            cap = min(cap, max(FIRST_CAP, 16 * prev_arcs, retry_cap))
         try:
             sg = build_stage_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
                                    deadline=deadline, objective=obj if bounded else "latency",
