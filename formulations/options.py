@@ -142,9 +142,24 @@ def stage_groups(instance: Instance, pr: Pricer, first: int, last: int,
             perms = list(permutations(range(n_dev), k) if types is None else type_orders(types, k))
             orders[k] = (perms, np.array(perms, dtype=np.int64).reshape(len(perms), k))
         perms, idx = orders[k]
-        per_dev = np.array([[pr.compute_time(d, part) for part in geos] for d in range(n_dev)])
+        per_dev = np.stack([_part_times(pr, part) for part in geos], axis=1)
         comp = per_dev[idx, np.arange(k)[None, :]]
         weights = tuple(sum(pr.weight_bytes(part, axis).values()) for part in geos)
         computed = tuple(pr.computed_bytes(part) for part in geos)
         out.append(StageGroup(first, last, axis, ranges, geos, perms, comp, weights, computed))
+    return out
+
+
+def _part_times(pr: Pricer, part: PartGeometry) -> np.ndarray:
+    """``pr.compute_time(d, part)`` of every device d: the same sum in the same order (so the
+    same floats), with each layer's times for all devices remembered on the pricer."""
+    cache = pr.__dict__.setdefault("_layer_times", {})
+    n_dev = pr.n_dev
+    out = np.zeros(n_dev)
+    for lid, f in part.fraction.items():
+        key = (lid, f.numerator, f.denominator, part.axis)
+        vec = cache.get(key)
+        if vec is None:
+            vec = cache[key] = np.array([pr.layer_time(d, lid, f, part.axis) for d in range(n_dev)])
+        out = out + vec
     return out

@@ -36,6 +36,9 @@ from milp_planner.instance import Instance
 
 
 INCUMBENT_PROVEN = 1e-7  # relative: a proven bound this close to the incumbent ends the rounds
+FIRST_CAP = 4000  # arcs a round may enumerate after a round of fewer than FIRST_CAP / 16
+AIM_GROWTH = 4  # the next round aims at this many times the last round's arcs
+TINY_STEP = 1e-4  # relative: a round this close to the last that overflows is retried larger
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,20 @@ class _State:
                            self.lower, False, self.rounds, self.build_s, timed_out=timed_out, memory_out=memory_out)
 
 
+def _aim(grown: list[tuple[float, int]]) -> float:
+    """The bound at which the next round should enumerate about ``AIM_GROWTH`` times the arcs of
+    the last, from the growth between the last two rounds that found arcs (log-linear in the
+    bound; inf without two such rounds). Near the optimum the count grows ever more slowly, so
+    this errs on the small side."""
+    if len(grown) < 2:
+        return math.inf
+    (u1, a1), (u2, a2) = grown[-2], grown[-1]
+    if a2 <= a1 or u2 <= u1 or u1 <= 0:
+        return math.inf
+    rate = math.log(a2 / a1) / math.log(u2 / u1)
+    return u2 * math.exp(math.log(max(AIM_GROWTH, FIRST_CAP / 2 / a2)) / rate)
+
+
 def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm_start: WarmStarter,
             settings: RoundSettings, incumbent: float | None = None) -> Exploration:
     """Enumerate and solve the space in rounds until an optimum is certified (see the module).
@@ -137,6 +154,8 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
     memo: dict = {}  # arcs priced by earlier rounds
     prior = None  # the memory caps' multipliers of the last round that had them
     done_upper = st.lower  # the bound of the last round that finished
+    retry_cap = 0  # a larger cap for a round retried at the same bound
+    grown: list[tuple[float, int]] = []  # (bound, arcs enumerated) of the rounds that found arcs
 
     while True:
         if incumbent is not None and st.lower is not None and st.lower >= incumbent * (1 - INCUMBENT_PROVEN):
@@ -145,7 +164,12 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         known = [v for v in (st.best.found.value if st.best else None, incumbent) if v is not None]
         ctx.report(phase=f"round {st.rounds}", within=upper if math.isfinite(upper) else None,
                    incumbent=min(known) if known else None, bound=st.lower, force=True)
-        cap = max_arcs if not math.isfinite(upper) else min(max_arcs, max(budget, 4 * prev_arcs))
+        # a round may grow the graph 16-fold (at least to FIRST_CAP arcs), up to the round budget:
+        # near the optimum a small step can multiply the plans a hundredfold, and a round that
+        # overflows costs what it enumerated before it gave up
+        cap = (max_arcs if not math.isfinite(upper) else min(max_arcs, max(budget, 4 * prev_arcs)))
+        if not minmax:  # (a min-max round is within the incumbent or a bisection step)
+            cap = min(cap, max(FIRST_CAP, 16 * prev_arcs, retry_cap))
         try:
             sg = build_stage_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
                                    deadline=deadline, objective=obj if bounded else "latency",
@@ -157,6 +181,11 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
                 raise SpaceTimeout(st.lower) from None
             return st.stop(timed_out=True)
         except SpaceTooLarge:
+            if math.isfinite(upper) and cap < min(max_arcs, max(budget, 4 * prev_arcs)) and \
+                    upper <= done_upper * (1 + TINY_STEP):
+                # many plans tie within a tiny step (interchangeable devices): a larger round
+                retry_cap = 4 * cap
+                continue
             if math.isfinite(upper) and cap < max_arcs and upper > done_upper * (1 + 1e-7):
                 # too many plans within this bound for one round: try halfway back
                 upper = done_upper + (upper - done_upper) / 2
@@ -169,7 +198,7 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             if st.best is None:
                 raise
             return st.stop()
-        done_upper = upper
+        done_upper, retry_cap = upper, 0
         st.build_s += sg.build_time_s
         whole = not math.isfinite(sg.outside)  # nothing left out but plans that break a cap
         ws = warm_start(sg, obj, deadline, prior)
@@ -208,8 +237,10 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         # the graphs grow slowly and halves when they grow fast (near the optimum the
         # number of plans within a bound grows very fast)
         growth = growth * 2 if sg.forward_arcs <= 2 * prev_arcs + 1000 else max(growth / 2, 1e-4)
+        if sg.forward_arcs:
+            grown.append((done_upper, sg.forward_arcs))
         prev_arcs = sg.forward_arcs
-        upper = max(sg.outside, upper * (1 + growth))
+        upper = max(sg.outside, min(upper * (1 + growth), _aim(grown)))
         if minmax:
             # period and memory: while the graphs stay tiny (under 200 arcs) the bound doubles
             # until a plan is met; the round within that incumbent certifies (a round too large

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from milp_planner.cost.evaluator import EXTERNAL, Pricer, price_gather, price_stage, pricer
+from milp_planner.cost.evaluator import EXTERNAL, Pricer, next_owners, price_gather, price_stage, pricer
 from milp_planner.model.graph import last_readers
 from milp_planner.space.geometry import full_region
 from milp_planner.instance import Instance
@@ -254,20 +254,38 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
             raise TimeoutError("stage graph enumeration exceeded the time limit")
         check_memory()
 
+    # Arcs are found with the vectorised floors (``_ExactFloors``: the evaluator's sums, lowered
+    # by a relative 1e-9) and their head states (``next_owners``); only the arcs that survive
+    # the backward pass on those floors are priced with ``price_stage`` and checked against the
+    # memory caps. The exact costs then decide (a second backward pass). Every path within
+    # ``slack`` survives both: its arcs' floors are at most their costs.
+    pending: list[_Pending] = []
     for b in range(n):
         for nid in sorted(frontier.get(b, ()), key=lambda i: prefix[i]):
             _, state = nodes[nid]
             used = node_used[nid]
             owners = dict(state)
-            nears, priced = memo.setdefault((b, state, used), ({}, {}))  # per end layer; per (end, option, devices)
+            # per end layer; per (end, option, devices): (head state, relabel, priced arc or None)
+            nears, known = memo.setdefault((b, state, used), ({}, {}))
             ctx = None
             gs = prefix[nid]
+            ci = -1  # the node's class in the relaxation (None: not reached by it)
             for e in range(b, min(n, b + fl)):
                 check()  # one node's stages can hold many thousand options on wide DAGs
                 tab = bounds.tables[(b, e)]
                 need = slack - gs  # the options whose floor with what is left fits
                 near = nears.get(e)
                 if near is None or need > near.thr:
+                    if ci == -1:
+                        ci = bounds.classes[b].get(bounds.state_class(owners)) if bounded else None
+                    if ci is not None:
+                        # the relaxation's least floor plus bound after over the whole stage: when
+                        # it exceeds ``need`` by 1 % of the bound no option of the stage fits, nor
+                        # moves ``outside`` (just above ``slack`` as a rule), and pricing them is moot
+                        least = _stage_bound(bounds, tab, e, ci)
+                        if least > need + 0.01 * slack:
+                            outside = min(outside, gs + least)
+                            continue
                     if ctx is None:
                         ctx = expander.context(used, owners)
                     # the options a bound up to 1 % larger would look at, sorted (for later rounds)
@@ -278,62 +296,66 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
                 k = int(np.searchsorted(near.vals, need, side="right"))
                 if k < len(near.vals) or math.isfinite(near.beyond):
                     outside = min(outside, gs + (float(near.vals[k]) if k < len(near.vals) else near.beyond))
-                for oi, devs, after_oi in zip(near.src[:k].tolist(), near.devices[:k].tolist(),
-                                              near.after[:k].tolist()):
+                for oi, devs, after_oi, f in zip(near.src[:k].tolist(), near.devices[:k].tolist(),
+                                                 near.after[:k].tolist(), near.floor[:k].tolist()):
                     seen += 1
                     if seen % CHECK_EVERY == 0:
                         check()
                     grp = tab.groups[tab.group[oi]]
                     devs = tuple(devs[:len(grp.geos)])
-                    hit = priced.get((e, oi, devs))
+                    hit = known.get((e, oi, devs))
                     if hit is None:
-                        p = tab.perm[oi]
-                        opt = StageOption(grp.first, grp.last, grp.axis, grp.ranges, devs)
-                        arc, new_state = _arc(pr, opt, grp.geos, grp.comp[p].tolist(), grp.weights,
-                                              grp.computed, owners)
+                        new_state = _state_key(next_owners(pr, owners, grp.last, devs, grp.geos))
                         relabel = None
                         if canonical:
                             new_state, relabel = expander.canonical(new_state)
-                        hit = priced[(e, oi, devs)] = (arc, new_state, relabel)
-                    arc, new_state, relabel = hit
-                    arc = replace(arc, relabel=relabel)
-                    if check_caps and any(c is not None and arc.weights[d] + arc.working[d] > c
-                                          for d, c in enumerate(caps)):
-                        continue
-                    f = arc_floor(arc, objective, n_dev)
-                    if gs + f + after_oi > slack:
-                        outside = min(outside, gs + f + after_oi)
-                        continue
+                        hit = known[(e, oi, devs)] = [new_state, relabel, None]
+                    new_state, relabel, _ = hit
                     head = node(e + 1, new_state, expander.advance(used, devs))
                     if gs + f < prefix[head]:
                         prefix[head] = gs + f
                     frontier.setdefault(e + 1, set()).add(head)
-                    arc.tail, arc.head = nid, head
-                    arcs.append(arc)
+                    pending.append(_Pending(nid, head, tab, oi, devs, owners, hit))
                     floors.append(f)
-                    if len(arcs) > max_arcs:
+                    if len(pending) > max_arcs:
                         raise SpaceTooLarge(
                             f"{instance.name}: the plan space has more than {max_arcs} stage arcs"
                             + (f" within {upper:.6g} ({objective})" if bounded else "")
                             + "; reduce search.fusion_limit, max_parts or splits, or use a heuristic planner")
             check()
         if progress is not None:
-            progress(phase=f"enumerating the plan graph, layer {b + 1} of {n}", arcs=len(arcs))
+            progress(phase=f"enumerating the plan graph, layer {b + 1} of {n}", arcs=len(pending))
 
     terminals = {nid: _terminal(pr, dict(nodes[nid][1])) for nid in frontier.get(n, ())}
-
+    n_before = len(pending)
     if bounded:
-        n_before = len(arcs)
-        nodes, arcs, source, terminals = _prune_backward(nodes, arcs, floors, prefix, source, terminals,
-                                                        objective, n_dev, slack)
-        if len(arcs) < n_before:
+        kept = _within(nodes, pending, floors, source, terminals, objective, n_dev, slack)[0]
+    else:
+        kept = list(range(len(pending)))
+    for i in kept:  # price the arcs left, exactly; drop those that alone overflow a memory cap
+        if seen % CHECK_EVERY == 0:
+            check()
+        seen += 1
+        p = pending[i]
+        arc = _priced(pr, p.tab, p.oi, p.devs, p.owners, p.hit)
+        if check_caps and any(c is not None and arc.weights[d] + arc.working[d] > c for d, c in enumerate(caps)):
+            continue
+        arcs.append(replace(arc, tail=p.tail, head=p.head, relabel=p.hit[1]))
+    floors = [arc_floor(a, objective, n_dev) for a in arcs]
+    overflowed = len(arcs) < len(kept)
+    del pending
+
+    if bounded or overflowed:  # (the whole space with caps: drop what only overflowing arcs reach)
+        nodes, arcs, source, terminals, cut = _prune_backward(nodes, arcs, floors, source, terminals,
+                                                             objective, n_dev, slack)
+        if bounded and (cut or len(kept) < n_before):
             outside = min(outside, slack)
     sg = StageGraph(instance, nodes, arcs, source, terminals)
     sg.bounds = bounds
     sg.upper = upper if bounded else None
     sg.objective = objective
     sg.outside = outside  # inf: nothing was left out, the graph is the whole (feasible) space
-    sg.forward_arcs = n_before if bounded else len(arcs)
+    sg.forward_arcs = n_before
     sg.out_arcs = [[] for _ in nodes]
     sg.in_arcs = [[] for _ in nodes]
     for i, a in enumerate(arcs):
@@ -343,18 +365,62 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     return sg
 
 
-def _prune_backward(nodes, arcs, floors, prefix, source, terminals, objective, n_dev, slack):
-    """Keep the arcs on a path whose floor is within ``slack``; renumber the nodes."""
-    suffix = [math.inf] * len(nodes)
+class _Pending(NamedTuple):
+    """An arc found by the forward pass, priced only if the backward pass keeps it."""
+
+    tail: int
+    head: int
+    tab: StageTable
+    oi: int  # the option's index in the stage's table
+    devs: tuple[int, ...]
+    owners: dict  # the tail's state
+    hit: list  # the memo's [head state, relabel, priced arc or None]
+
+
+def _state_key(owners: dict) -> tuple:
+    """An ownership state in its canonical form (tensors by name, owners by region then device)."""
+    return tuple(sorted((t, tuple(sorted(lst, key=_owner_key)) if len(lst) > 1 else lst)
+                        for t, lst in owners.items()))
+
+
+def _priced(pr: Pricer, tab: StageTable, oi: int, devs: tuple, owners: dict, hit: list) -> "Arc":
+    """The arc of option ``oi`` of ``tab`` on ``devs`` from ``owners``, priced once (``hit[2]``)."""
+    if hit[2] is None:
+        grp = tab.groups[tab.group[oi]]
+        opt = StageOption(grp.first, grp.last, grp.axis, grp.ranges, devs)
+        hit[2], _ = _arc(pr, opt, grp.geos, grp.comp[tab.perm[oi]].tolist(), grp.weights, grp.computed, owners)
+    return hit[2]
+
+
+def _within(nodes, pending, floors, source, terminals, objective, n_dev, slack):
+    """(indices of the arcs on a source-to-terminal path whose floor is within ``slack``, the
+    best prefix and the best suffix of every node)."""
+    pre = [math.inf] * len(nodes)
+    suf = [math.inf] * len(nodes)
+    pre[source] = 0.0
     for nid, term in terminals.items():
-        suffix[nid] = terminal_floor(term, objective, n_dev)
-    order = sorted(range(len(arcs)), key=lambda i: -nodes[arcs[i].tail][0])
-    for i in order:  # arcs by decreasing boundary of their tail
-        a = arcs[i]
-        c = floors[i] + suffix[a.head]
-        if c < suffix[a.tail]:
-            suffix[a.tail] = c
-    kept = [i for i, a in enumerate(arcs) if prefix[a.tail] + floors[i] + suffix[a.head] <= slack]
+        suf[nid] = terminal_floor(term, objective, n_dev)
+    by_tail = sorted(range(len(pending)), key=lambda i: nodes[pending[i].tail][0])
+    for i in by_tail:  # forward pass is in boundary order: tails before heads
+        p = pending[i]
+        c = pre[p.tail] + floors[i]
+        if c < pre[p.head]:
+            pre[p.head] = c
+    for i in reversed(by_tail):
+        p = pending[i]
+        c = floors[i] + suf[p.head]
+        if c < suf[p.tail]:
+            suf[p.tail] = c
+    return [i for i, p in enumerate(pending) if pre[p.tail] + floors[i] + suf[p.head] <= slack], pre, suf
+
+
+def _prune_backward(nodes, arcs, floors, source, terminals, objective, n_dev, slack):
+    """Keep the arcs on a path whose floor is within ``slack``; renumber the nodes. Returns
+    (nodes, arcs, source, terminals, whether an arc on a path of finite floor was left out)."""
+    kept, pre, suf = _within(nodes, arcs, floors, source, terminals, objective, n_dev, slack)
+    # an arc left out on a path of finite cost: what it leaves out costs more than ``slack``
+    cut = any(math.isfinite(pre[a.tail] + floors[i] + suf[a.head]) for i, a in enumerate(arcs)
+              if pre[a.tail] + floors[i] + suf[a.head] > slack)
     used = {source}
     for i in kept:
         used.add(arcs[i].tail)
@@ -366,8 +432,16 @@ def _prune_backward(nodes, arcs, floors, prefix, source, terminals, objective, n
         a = arcs[i]
         a.tail, a.head = remap[a.tail], remap[a.head]
         new_arcs.append(a)
-    new_terms = {remap[nid]: t for nid, t in terminals.items() if nid in remap and prefix[nid] + suffix[nid] <= slack}
-    return new_nodes, new_arcs, remap[source], new_terms
+    new_terms = {remap[nid]: t for nid, t in terminals.items() if nid in remap and pre[nid] + suf[nid] <= slack}
+    return new_nodes, new_arcs, remap[source], new_terms, cut
+
+
+def _stage_bound(bounds: LayoutBounds, tab: StageTable, e: int, ci: int) -> float:
+    """A lower bound on floor plus bound after of every option of stage ``tab`` (ending at
+    ``e``) from any state of class ``ci``: the relaxation's least floor per exit from the
+    class's read layouts plus the cost to go of the class each exit leads to."""
+    rest = bounds.to_go[e + 1][tab.merged[:, tab.carry_of[ci]]]
+    return float((tab.best[tab.read_of[ci]] + rest).min())
 
 
 class _Near(NamedTuple):
@@ -377,6 +451,7 @@ class _Near(NamedTuple):
     src: np.ndarray  # the option's index in the stage's table (its type-level order)
     devices: np.ndarray  # (options, parts): its real devices
     after: np.ndarray  # the bound on what is left after it
+    floor: np.ndarray  # the option's own floor (``arc_floor`` lowered by a relative 1e-9)
     thr: float
     beyond: float  # a lower bound on ``vals`` of every option left out
 
@@ -392,11 +467,13 @@ def _near_options(exact: "_ExactFloors", expander: Expander, bounds: LayoutBound
     after_t = bounds.after(b, e, owners)
     recv, energy = exact.received(tab, owners)
     if expander.types.trivial:  # no expansion: the table is the space
-        v = exact.option_floors(tab, recv, energy, tab.group, devices, devices, comp, mask) * (1 - 1e-9) + after_t
+        f = exact.option_floors(tab, recv, energy, tab.group, devices, devices, comp, mask) * (1 - 1e-9)
+        v = f + after_t
         idx = np.flatnonzero(v <= thr)
         idx = idx[np.argsort(v[idx], kind="stable")]
         rest = v[v > thr]
-        return _Near(v[idx], idx, devices[idx], after_t[idx], thr, float(rest.min()) if len(rest) else math.inf)
+        return _Near(v[idx], idx, devices[idx], after_t[idx], f[idx], thr,
+                     float(rest.min()) if len(rest) else math.inf)
     orbit = exact.orbit_of
     lb = exact.option_floors(tab, exact.orbit_min(recv), exact.orbit_min(energy), tab.group, orbit[devices],
                              devices, comp, mask) * (1 - 1e-9) + after_t
@@ -425,20 +502,22 @@ def _near_options(exact: "_ExactFloors", expander: Expander, bounds: LayoutBound
         devs.append(np.tile(pad, (len(members), 1)))
     if not srcs:
         empty = np.zeros(0, dtype=np.int64)
-        return _Near(np.zeros(0), empty, np.zeros((0, devices.shape[1]), dtype=np.int64), np.zeros(0), thr, beyond)
+        return _Near(np.zeros(0), empty, np.zeros((0, devices.shape[1]), dtype=np.int64), np.zeros(0), np.zeros(0),
+                     thr, beyond)
     src = np.concatenate(srcs)
     dev = np.concatenate(devs)
     if exact.objective == "memory":  # the floor does not depend on the devices
+        f = lb[src] - after_t[src]
         v = lb[src]
     else:
-        v = exact.option_floors(tab, recv, energy, tab.group[src], dev, dev, comp[src], mask[src]) * (1 - 1e-9)
-        v = v + after_t[src]
+        f = exact.option_floors(tab, recv, energy, tab.group[src], dev, dev, comp[src], mask[src]) * (1 - 1e-9)
+        v = f + after_t[src]
     keep = np.flatnonzero(v <= thr)
     keep = keep[np.argsort(v[keep], kind="stable")]
     rest = v[v > thr]
     if len(rest):
         beyond = min(beyond, float(rest.min()))
-    return _Near(v[keep], src[keep], dev[keep], after_t[src[keep]], thr, beyond)
+    return _Near(v[keep], src[keep], dev[keep], after_t[src[keep]], f[keep], thr, beyond)
 
 
 class _ExactFloors:
@@ -525,8 +604,7 @@ def _arc(pr: Pricer, opt: StageOption, geos, comp, weights, computed, owners):
     seconds, weight and computed bytes per part); return the arc (tail/head unset) and the next
     state in its canonical form (tensors by name, owners by region then device)."""
     sp = price_stage(pr, owners, opt.last, opt.devices, geos, comp, weights, computed)
-    state = tuple(sorted((t, tuple(sorted(lst, key=_owner_key)) if len(lst) > 1 else lst)
-                         for t, lst in sp.owners.items()))
+    state = _state_key(sp.owners)
     arc = Arc(-1, -1, opt, sp.tau, sp.energy, tuple(sp.load), sp.transfer_s, tuple(sp.weights),
               tuple(sp.working))
     return arc, state

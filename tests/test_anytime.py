@@ -2,6 +2,7 @@
 memory budget (docs/exact.md, "Anytime")."""
 
 import json
+import time
 from dataclasses import replace
 from fractions import Fraction as F
 from pathlib import Path
@@ -18,7 +19,8 @@ from milp_planner.instance.devices import CostModel, Device, Power
 from milp_planner.instance.network import Endpoint
 from milp_planner.instance.reader import load_instance
 from milp_planner.planners import get_planner
-from milp_planner.planners.anytime_start import START_BASELINES, project, start_budget
+from milp_planner.planners.anytime_start import (PATIENCE_S, START_BASELINES, project, run_start, start_budget,
+                                                 start_patience)
 
 OBJECTIVES = ["latency", "energy", "period", "memory"]
 
@@ -238,3 +240,60 @@ def test_solve_json_carries_bound_source(capsys):
     out = run("-O", "memory_budget=1MB")
     assert out["bound_source"] in FLOOR_SOURCES + ("rounds",) and out["bound"] <= out["objective"]
     assert out["info"]["stopped_by"] == "memory budget"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("planner", ["dp", "milp", "cpsat"])
+def test_one_second_on_sixteen_devices_returns_a_plan_and_a_bound_in_time(planner):
+    """16 devices of 4 types with memory caps: the relaxation cannot finish within 1 s and most
+    baselines' plans break a cap, yet the start finds one that fits (modnn's, projected)."""
+    import pyomo.environ  # noqa: F401 - imports are not the planner's time
+    from ortools.sat.python import cp_model  # noqa: F401
+
+    inst = load_instance(ROOT / "instances/fleet/vgg16-16dev-4types.yaml")
+    started = time.perf_counter()
+    res = get_planner(planner).solve(inst, objective="latency", time_limit=1.0)
+    wall = time.perf_counter() - started
+    assert wall <= 1.0 * 1.05 + 2.0, (wall, res.info.get("anytime"))
+    assert res.solve_time_s <= wall
+    assert res.plan is not None and res.metrics.in_space and res.metrics.feasible, res.message
+    assert res.bound is not None and 0 < res.bound <= res.value
+    assert res.info["bound_source"] in SOURCES
+
+
+def test_the_start_goes_on_while_no_plan_fits():
+    inst = load_instance(ROOT / "instances/fleet/vgg16-16dev-4types.yaml")
+    # offload's single device overflows its memory; with time to spare the next baselines run
+    report = run_start(inst, "latency", budget=0.0, time_limit=30.0)
+    assert report.start is not None and "not usable" in report.outcomes["offload"]
+    assert start_patience(0.0, 30.0) == PATIENCE_S and start_patience(1.0, 1.0) == 0.0
+    assert start_patience(2.0, None) == PATIENCE_S
+    # without a limit to spare nothing is started
+    report = run_start(inst, "latency", budget=0.0, time_limit=0.0)
+    assert report.start is None and all("not run" in o for o in report.outcomes.values())
+
+
+def test_coedge_energy_lp_filled_cheapest_first_is_scipys_optimum():
+    from scipy.optimize import linprog
+
+    from milp_planner.planners.coedge import _fill, energy_shares
+
+    rng = __import__("random").Random(7)
+    decided = 0
+    for _ in range(300):
+        n = rng.randint(1, 6)
+        A = [rng.uniform(0.1, 2.0) for _ in range(n)]
+        K = [rng.uniform(0.0, 0.5) for _ in range(n)]
+        E = [rng.choice([1.0, 2.0, rng.uniform(0.5, 3.0)]) for _ in range(n)]
+        deadline = rng.uniform(0.2, 2.5)
+        bounds = [(0.0, (deadline - K[i]) / A[i]) if K[i] < deadline else (0.0, 0.0) for i in range(n)]
+        ref = linprog(E, A_eq=[[1.0] * n], b_eq=[1.0], bounds=bounds, method="highs")
+        ok, x = _fill(E, [hi for _, hi in bounds])
+        if not ok:
+            continue
+        decided += 1
+        assert (x is None) == (not ref.success)
+        if x is not None:
+            assert max(abs(a - b) for a, b in zip(x, ref.x)) < 1e-9
+            assert energy_shares(A, K, E, deadline) == x
+    assert decided > 100

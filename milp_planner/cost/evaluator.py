@@ -381,14 +381,21 @@ def price_stage(pr: Pricer, owners: Owners, last: int, devices: Sequence[int], g
     else:
         tau = max(recv[d] + compute[d] for d in devices)
 
+    return StagePrice(tau, sum(energy_dev), energy_dev, compute, recv, bytes_in, transfer_s, wts, ws,
+                      next_owners(pr, owners, last, devices, geos), transfers)
+
+
+def next_owners(pr: Pricer, owners: Owners, last: int, devices: Sequence[int],
+                geos: Sequence[PartGeometry]) -> dict[str, tuple[tuple[int, Region], ...]]:
+    """The ownership state after a stage ending at ``last`` (``StagePrice.owners``): the tensors
+    still live, each owned as before or, when the stage writes it, by the parts that own it."""
     lr = pr.last_read
     new = {t: lst for t, lst in owners.items() if lr.get(t, -1) > last}
     for d, part in zip(devices, geos):
         for t, region in part.owns.items():
             if not region.empty and lr.get(t, -1) > last:
                 new[t] = new.get(t, ()) + ((d, region),)
-    return StagePrice(tau, sum(energy_dev), energy_dev, compute, recv, bytes_in, transfer_s, wts, ws, new,
-                      transfers)
+    return new
 
 
 def price_gather(pr: Pricer, owners: Owners, *, detail: bool = False) -> GatherPrice:

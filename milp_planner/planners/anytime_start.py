@@ -1,7 +1,7 @@
 """The anytime start of the exact planners: the best plan of the fast baselines, in the space.
 
 ``dp``, ``milp`` and ``cpsat`` first run ``START_BASELINES`` within a small share of the time
-limit (``start_budget``). A baseline plan outside the instance's space is projected into it
+limit (``start_budget``; longer while none has given a usable plan, ``start_patience``). A baseline plan outside the instance's space is projected into it
 (``project``): stages longer than ``fusion_limit`` are cut into runs of at most that many
 layers, a split along an axis the space (or a layer) does not allow becomes one part on the
 device with the largest part, parts beyond ``max_parts`` are dropped (the largest are kept),
@@ -24,11 +24,18 @@ from milp_planner.space.plan import Part, Plan, Stage
 #: the fast baselines, cheapest and most often best first (measured: each well under a second
 #: on VGG16 with 7 devices; hidp and deeperthings take longer on 16 devices). ``pipeedge`` comes
 #: second: its pipelines respect the memory caps, which often no other baseline meets on typed
-#: fleets (about 0.3 s on ResNet50 with 16 devices of 4 types).
-START_BASELINES = ("offload", "pipeedge", "coedge", "coopai", "modnn", "aofl", "neurosurgeon", "deeperthings",
+#: fleets (about 0.3 s on ResNet50 with 16 devices of 4 types); modnn third: cheap, and its
+#: channel splits over every device often fit memory caps that the other plans break.
+START_BASELINES = ("offload", "pipeedge", "modnn", "coedge", "coopai", "aofl", "neurosurgeon", "deeperthings",
                    "hidp")
-MAX_START_S = 2.0  # the start never takes more (plus one baseline's overrun)
+MAX_START_S = 2.0  # the start never takes more (plus one baseline's overrun), once it has a plan
 NO_LIMIT_START_S = 2.0  # its budget without a time limit
+MIN_SHARE_S = 0.02  # a baseline is not started with less time than this left
+PROJECT_S = 0.3  # a projection may overrun the start by this much (listing the cut vectors)
+#: with no usable plan at the end of its budget, the start goes on with the next baselines, up
+#: to this many seconds more and at most ``PATIENT_SHARE`` of the time limit in all
+PATIENCE_S = 8.0
+PATIENT_SHARE = 0.8
 
 
 def start_budget(time_limit: float | None) -> float:
@@ -67,18 +74,30 @@ class StartReport:
                 "values": dict(self.values), "seconds": self.seconds}
 
 
-def run_start(instance: Instance, objective: str, budget: float, seed: int = 0) -> StartReport:
+def start_patience(budget: float, time_limit: float | None) -> float:
+    """Seconds past ``budget`` the start may go on while no baseline has given a usable plan
+    (the rounds rarely find one sooner where every fast baseline's plan breaks a cap)."""
+    extra = PATIENCE_S if time_limit is None else min(PATIENCE_S, PATIENT_SHARE * time_limit - budget)
+    return max(0.0, extra)
+
+
+def run_start(instance: Instance, objective: str, budget: float, seed: int = 0,
+              time_limit: float | None = None) -> StartReport:
     """Run the fast baselines within ``budget`` seconds and keep the best plan of the space
-    (projected into it where needed) that meets the caps."""
+    (projected into it where needed) that meets the caps. Each baseline gets the time left as
+    its limit; one is not started with less than ``MIN_SHARE_S`` left. While no plan is usable,
+    the start goes on for ``start_patience(budget, time_limit)`` more seconds (``time_limit``:
+    the exact planner's, None without one)."""
     from milp_planner.planners import get_planner
 
     t0 = time.perf_counter()
     best: Start | None = None
     outcomes: dict[str, str] = {}
     values: dict[str, float] = {}
+    patience = start_patience(budget, time_limit)
     for name in START_BASELINES:
-        left = budget - (time.perf_counter() - t0)
-        if left <= 0:
+        left = budget + (patience if best is None else 0.0) - (time.perf_counter() - t0)
+        if left < MIN_SHARE_S:
             outcomes[name] = "not run: the start's time was spent"
             continue
         try:
@@ -92,7 +111,8 @@ def run_start(instance: Instance, objective: str, budget: float, seed: int = 0) 
         plan, m, projected = res.plan, res.metrics, False
         if not m.in_space:
             try:
-                plan = project(res.plan, instance, deadline=t0 + budget)
+                end = t0 + budget + (patience if best is None else 0.0)
+                plan = project(res.plan, instance, deadline=max(end, time.perf_counter() + PROJECT_S))
                 m = evaluate(plan, instance)
             except PlannerError as err:
                 outcomes[name] = f"outside the space, projection failed: {err}"

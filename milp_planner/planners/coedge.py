@@ -89,14 +89,41 @@ def minmax_shares(A, K) -> tuple[list[float], float]:
 
 
 def energy_shares(A, K, E, deadline) -> list[float] | None:
-    from scipy.optimize import linprog
-
+    """CoEdge's LP: shares x (sum 1, 0 <= x_i <= (deadline - K_i) / A_i) of least energy E.x,
+    or None when the deadline leaves no solution. With distinct energies its optimum is unique
+    and is filling the devices cheapest first (``_fill``), which spares importing scipy."""
     n = len(A)
     bounds = [(0.0, (deadline - K[i]) / A[i]) if K[i] < deadline else (0.0, 0.0) for i in range(n)]
+    decided, x = _fill(E, [hi for _, hi in bounds])
+    if decided:
+        return x
+    from scipy.optimize import linprog
+
     res = linprog(E, A_eq=[[1.0] * n], b_eq=[1.0], bounds=bounds, method="highs")
     if not res.success:
         return None
     return [max(0.0, float(v)) for v in res.x]
+
+
+def _fill(E, upper) -> tuple[bool, list[float] | None]:
+    """(decided, x): the LP min E.x, sum x = 1, 0 <= x <= upper, decided when its optimum is
+    unique and clear of the solver's tolerances (distinct energies among the devices that may
+    take a share, capacity not within 1e-6 of exactly 1): the cheapest devices filled first,
+    or None when the capacity is short of 1 (no solution)."""
+    open_ = [i for i in range(len(E)) if upper[i] > 0]
+    total = sum(upper[i] for i in open_)
+    if len({E[i] for i in open_}) < len(open_) or abs(total - 1.0) < 1e-6:
+        return False, None
+    if total < 1.0:
+        return True, None
+    x = [0.0] * len(E)
+    rest = 1.0
+    for i in sorted(open_, key=lambda i: E[i]):
+        x[i] = min(upper[i], rest)
+        rest -= x[i]
+        if rest <= 0:
+            break
+    return True, x
 
 
 class CoEdgePlanner(Planner):

@@ -222,7 +222,7 @@ class ExactPlanner(Planner):
         if budget <= 0:
             return None
         ctx.report(phase="anytime start: the fast baselines", force=True)
-        report = run_start(instance, ctx.objective, budget, seed=ctx.seed)
+        report = run_start(instance, ctx.objective, budget, seed=ctx.seed, time_limit=ctx.remaining())
         if report.start is not None:
             ctx.report(phase=f"anytime start: {report.start.baseline}", incumbent=report.start.value, force=True)
         return report
