@@ -131,7 +131,6 @@ def test_caps_that_no_single_device_meets_get_a_feasible_pipeline():
     assert res.status == "infeasible" and not res.info["caps_met_by_dp"] and res.plan is not None
 
 
-@pytest.mark.slow
 def test_typed_fleet_with_binding_caps_gets_a_feasible_plan_fast():
     inst = load_instance(ROOT / "instances/fleet/resnet50-16dev-4types.yaml")
     assert not any(get_planner(name).solve(inst, time_limit=5).metrics.feasible for name in ("offload", "coedge"))

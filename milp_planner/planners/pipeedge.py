@@ -209,18 +209,13 @@ class _Costs:
             self.comp[d] = c
         # pairs that price alike share one matrix: the same orbit (interchangeable devices price
         # alike) and the same link (and sender's transmit power, for energy)
-        keys: dict[tuple, int] = {}
-        reps: list[tuple[int, int]] = []
-        self.idx = np.zeros((n_dev + 1, n_dev), dtype=np.int64)  # [p + 1, d] -> matrix
-        for p in range(-1, n_dev):
-            for d in range(n_dev):
-                if p == d:
-                    continue
-                key = (orbit[d], self.lat[p, d], self.bw_inv[p, d], self.tx_prev[p] if objective == "energy" else 0)
-                if key not in keys:
-                    keys[key] = len(reps)
-                    reps.append((p, d))
-                self.idx[p + 1, d] = keys[key]
+        P, D = np.meshgrid(np.arange(-1, n_dev), np.arange(n_dev), indexing="ij")
+        P = np.where(P == D, -1, P)  # a device never follows itself: any key will do
+        rows = np.stack([np.asarray(orbit, dtype=float)[D], self.lat[P, D], self.bw_inv[P, D],
+                         self.tx_prev[P] if objective == "energy" else np.zeros(P.shape)], axis=-1).reshape(-1, 4)
+        _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        self.idx = inverse.reshape(P.shape)  # [p + 1, d] -> its matrix in ``unique``
+        reps = [(int(P.flat[i]), int(D.flat[i])) for i in first]
         self.unique = None  # the distinct matrices, when they fit
         if len(reps) * n * n <= FULL_ELEMENTS:
             self.unique = np.concatenate([self.pairs(np.array([p]), np.array([d]), 0)[0] for p, d in reps])
