@@ -142,7 +142,11 @@ def cmd_solve(args) -> int:
         options[k] = parse_option_text(v)
     planner = get_planner(args.planner, **options)  # options checked before any work
     compare = parse_baselines(args.compare, args.planner)
-    compare_limit = DEFAULT_BASELINE_TIME_LIMIT if args.compare_time_limit is None else args.compare_time_limit
+    compare_limit = args.compare_time_limit
+    if compare_limit is None:  # by default the comparison takes at most the solve's own limit
+        compare_limit = DEFAULT_BASELINE_TIME_LIMIT
+        if args.time_limit is not None and compare:
+            compare_limit = min(compare_limit, max(0.5, args.time_limit / len(compare)))
     if args.out:
         check_output_path(args.out, inputs=[resolve_instance_path(args.instance)])
     inst = _load_instance(args)
@@ -259,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--compare", metavar="PLANNERS",
                    help="baselines to run on the same instance and compare with the result, comma-separated "
                         "(default for exact planners: neurosurgeon,modnn,coopai; 'none' for none)")
-    s.add_argument("--compare-time-limit", type=TIME_LIMIT, metavar="S", help="seconds per baseline (default 10)")
+    s.add_argument("--compare-time-limit", type=TIME_LIMIT, metavar="S", help="seconds per baseline (default 10, or --time-limit shared among them when that is less)")
     s.add_argument("--detail", action="store_true",
                    help="also every layer's rows (halos included), the transfers and every metric")
     s.set_defaults(func=cmd_solve)
