@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -184,28 +185,65 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
     return lb
 
 
+@dataclass(frozen=True)
+class Coarsening:
+    """How the coarse relaxation (``formulations.coarse``) simplifies the full one; every
+    simplification can only lower a floor, so its bounds stay proven.
+
+    - ``main_only``: a class holds only the layout of the newest tensor (the output of the
+      last layer before the boundary); every other live tensor is read free.
+    - ``max_classes``: a boundary with more classes than this keeps none (its reads are free).
+    - ``groups``: prices a stage's options as ``stage_groups`` does, for merged device types
+      (each part at the least compute of its type's devices); ``None``: ``stage_groups``.
+    - ``types``: the (possibly merged) device types the tables list orders of.
+    - ``links``: per device, (compute W, receive W, s/byte and s/message in, s/byte and
+      s/message from the source) lowered to its type's least, or ``None`` for the devices' own.
+    """
+
+    main_only: bool = True
+    max_classes: int = 4096
+    groups: Callable | None = None
+    types: DeviceTypes | None = None
+    links: tuple | None = None
+
+
 def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_options: int,
-                   deadline: float | None, symmetry: bool) -> LayoutBounds:
+                   deadline: float | None, symmetry: bool, coarse: Coarsening | None = None) -> LayoutBounds:
     t0 = time.perf_counter()
     pr = pr or pricer(instance)
     g = instance.graph
     n = len(g.layers)
     fl = max(1, instance.search.fusion_limit)
     last_read = last_readers(instance.graph)
-    lb = LayoutBounds(objective, n, _skip=frozenset(g.inputs), types=device_types(instance, symmetry))
+    types = coarse.types if coarse is not None and coarse.types is not None else device_types(instance, symmetry)
+    lb = LayoutBounds(objective, n, _skip=frozenset(g.inputs), types=types)
     lb.classes = [dict() for _ in range(n + 1)]
     lb.classes[0][()] = 0  # the source's state is priced exactly; its class is empty
     cost = _FloorCost(instance, objective)
+    if coarse is not None and coarse.links is not None:
+        cost.pc, cost.rx, cost.inv_bw, cost.lat, cost.src_inv_bw, cost.src_lat = (
+            np.asarray(a, dtype=float) for a in coarse.links)
+    collapsed = [False] * (n + 1)  # boundaries whose classes were priced as the empty class
 
     for b in range(n):
         keys = list(lb.classes[b])
+        if coarse is not None and len(keys) > coarse.max_classes:
+            collapsed[b] = True  # every class at b bounded by the empty one: reads free
+            keys = [()]
         for e in range(b, min(n, b + fl)):
             _check(deadline)
-            groups = stage_groups(instance, pr, b, e, max_options, deadline, types=lb.types)
+            if coarse is not None and coarse.groups is not None:
+                groups = coarse.groups(b, e)
+            else:
+                groups = stage_groups(instance, pr, b, e, max_options, deadline, types=lb.types)
+            main = g.layers[e].output if coarse is not None and coarse.main_only else None
             exits: dict[tuple, int] = {}
             heads, gidx, pidx = [], [], []
             for gi, grp in enumerate(groups):
-                xi = exits.setdefault(exit_class(lb, grp, last_read), len(exits))
+                xc = exit_class(lb, grp, last_read)
+                if main is not None:
+                    xc = tuple(x for x in xc if x[0] == main)
+                xi = exits.setdefault(xc, len(exits))
                 P = len(grp.perms)
                 heads.append(np.full(P, xi))
                 gidx.append(np.full(P, gi))
@@ -213,7 +251,7 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
             tab = StageTable(groups, np.concatenate(gidx), np.concatenate(pidx), np.concatenate(heads),
                              list(exits))
             reads = {t for grp in groups for geo in grp.geos for t in geo.needs}
-            live = {t for t, r in last_read.items() if r > e}
+            live = {t for t, r in last_read.items() if r > e} if main is None else set()
             carries: dict[tuple, int] = {}
             read_keys: dict[tuple, int] = {}
             tab.carry_of = np.array([carries.setdefault(tuple(x for x in key if x[0] in live), len(carries))
@@ -222,7 +260,14 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
                                     for key in _checked(keys, deadline)], dtype=np.int64)
             nxt = lb.classes[e + 1]
             tab.merged = _merge_classes(nxt, tab.exits, list(carries), deadline)
-            tab.best = cost.least_floors(lb, pr, tab, list(read_keys), deadline)
+            if coarse is None:
+                tab.best = cost.least_floors(lb, pr, tab, list(read_keys), deadline, first=b == 0)
+            else:
+                try:
+                    tab.best = cost.least_floors(lb, pr, tab, list(read_keys), deadline, first=b == 0)
+                except SpaceTooLarge:  # too many layouts to price: read free from every class
+                    free = cost.least_floors(lb, pr, tab, [()], deadline, first=b == 0)
+                    tab.best = np.repeat(free, len(read_keys), axis=0)
             lb.tables[(b, e)] = tab
 
     lb.to_go = [None] * (n + 1)
@@ -233,7 +278,10 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
         for e in range(b, min(n, b + fl)):
             tab = lb.tables[(b, e)]
             rest = lb.to_go[e + 1][tab.merged]  # (exits, carries)
-            best = np.minimum(best, (tab.best[tab.read_of] + rest[:, tab.carry_of].T).min(axis=1))
+            if collapsed[b]:  # one priced row (the empty class), every class bounded by it
+                best = np.minimum(best, (tab.best[tab.read_of] + rest[:, tab.carry_of].T).min(axis=1).min())
+            else:
+                best = np.minimum(best, (tab.best[tab.read_of] + rest[:, tab.carry_of].T).min(axis=1))
         lb.to_go[b] = best
     lb.build_time_s = time.perf_counter() - t0
     return lb
@@ -259,11 +307,15 @@ class _FloorCost:
         self.pc = np.array([float(d.power.compute_w) for d in instance.devices])
         self.rx = np.array([float(d.power.rx_w) for d in instance.devices])
         self.inv_bw, self.lat = _incoming_links(instance)
+        self.src_inv_bw, self.src_lat = _source_links(instance)
+        self.inputs = frozenset(instance.graph.inputs)
 
     def least_floors(self, lb: LayoutBounds, pr: Pricer, tab: StageTable, read_keys: list[tuple],
-                     deadline: float | None = None) -> np.ndarray:
+                     deadline: float | None = None, first: bool = False) -> np.ndarray:
         """(read layouts, exits): the least floor of the stage's options with each exit, from
-        each layout of the tensors the stage reads."""
+        each layout of the tensors the stage reads. A ``first`` stage (from the source's
+        state, where only the source holds the graph's inputs) also receives what it reads of
+        them from the source."""
         devices, comp, mask, needs = tab.flat()
         O, kmax = comp.shape
         G = len(tab.groups)
@@ -287,6 +339,10 @@ class _FloorCost:
             which = np.array([pos.get(dict(key).get(t), len(lids)) for key in _checked(read_keys, deadline)],
                              dtype=np.int64)
             terms.append((rr, which))
+        for t in sorted(self.inputs & set(needs)) if first else ():
+            r_t = self._from_source(pr, t, needs[t])  # (dev, G, kmax)
+            rr = (r_t.reshape(-1)[flat_idx] * mask).T[:, None, :]  # (kmax, 1, options)
+            terms.append((np.ascontiguousarray(rr), np.zeros(len(read_keys), dtype=np.int64)))
         keep, starts = self._undominated(order, starts, devices, comp, [rr for rr, _ in terms], deadline)
         devices, comp, mask = devices[keep], comp[keep], mask[keep]
         terms = [(rr[:, :, keep], which) for rr, which in terms]
@@ -370,6 +426,14 @@ class _FloorCost:
                   + rest_m[:, :, None] * self.lat[None, None, :, None, None])  # (L, R, dev, G, k)
         return t_recv.min(axis=1)
 
+    def _from_source(self, pr: Pricer, t: str, need: np.ndarray) -> np.ndarray:
+        """(devices, groups, parts): the seconds device d takes to receive from the source what
+        part j of group g reads of graph input ``t`` (one message; nothing on a source device)."""
+        cells = (need[..., 1] - need[..., 0]) * (need[..., 3] - need[..., 2])
+        nbytes = (np.clip(cells, 0, None) * pr.unit_bytes(t)).astype(float)
+        return (nbytes[None] * self.src_inv_bw[:, None, None]
+                + (nbytes[None] > 0) * self.src_lat[:, None, None])
+
     def _floor(self, groups, group, devices, comp, mask, rr) -> np.ndarray:
         """(rows, options): the floor of every option given what each part receives
         (``rr``: (parts, rows, options); parts first keeps the reductions over parts fast)."""
@@ -425,6 +489,20 @@ def _check(deadline: float | None) -> None:
     check_memory()
     if deadline is not None and time.perf_counter() > deadline:
         raise TimeoutError("the time limit ran out while bounding the plan space")
+
+
+def _source_links(instance: Instance):
+    """Per device: seconds per byte and per message from the source (0 on a source device)."""
+    net = instance.network
+    n_dev = len(instance.devices)
+    src = net.source
+    if src.external:
+        return (np.array([1.0 / src.bandwidth_Bps[d] for d in range(n_dev)]),
+                np.array([float(src.latency_s[d]) for d in range(n_dev)]))
+    s = src.device
+    inv_bw = np.array([0.0 if d == s else 1.0 / net.bandwidth_Bps[s][d] for d in range(n_dev)])
+    lat = np.array([0.0 if d == s else float(net.latency_s[s][d]) for d in range(n_dev)])
+    return inv_bw, lat
 
 
 def _incoming_links(instance: Instance):
