@@ -21,7 +21,9 @@ stage's floor, so ``to_go[0].min()`` stays a lower bound on every plan of the sp
   layout, distinct devices) maps to the merged type order of its devices, which uses each type
   at most as often as it has devices and whose floor is no larger. Part layouts (cut vectors)
   do not depend on the devices chosen (``milp_planner.space.cuts``), so every option of the
-  space is priced by some merged option.
+  space is priced by some merged option. For latency a stage also lasts at least the k-th
+  smallest, over the devices, of the least compute of any of its k parts there (the k parts
+  sit on k distinct devices), which merging would otherwise forget.
 
 The coarse bounds only bound (``bound_source`` ``coarse``); they do not drive the bounded
 enumeration, whose pruning needs the exact states' classes.
@@ -73,9 +75,9 @@ def coarse_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
     if types.orbits == base.orbits:
         coarsening = Coarsening(main_only=True, max_classes=max_classes, types=types)
     else:
+        groups = _MergedGroups(instance, pr, layouts, types, deadline)
         coarsening = Coarsening(main_only=True, max_classes=max_classes, types=types,
-                                groups=_MergedGroups(instance, pr, layouts, types, deadline),
-                                links=_merged_links(instance, types))
+                                groups=groups, links=_merged_links(instance, types), time_floor=groups.time_floor)
     lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, coarse=coarsening)
     _MEMO.append((key, (instance.graph, instance.network, tuple((d.compute, d.power) for d in devs)), lb))
     del _MEMO[:-2]
@@ -179,11 +181,18 @@ class _MergedGroups:
                  deadline: float | None):
         self.instance, self.pr, self.layouts, self.types, self.deadline = instance, pr, layouts, types, deadline
         self.orders: dict[int, tuple] = {}
+        self._floors: dict[int, float] = {}  # id(group) -> its stage-time floor (the group is kept alive below)
+        self._alive: list = []
+
+    def time_floor(self, group: StageGroup) -> float:
+        """A floor of the longest part's compute of ``group`` on any k distinct devices: the
+        k-th smallest, over the devices, of the least compute of any of its parts there."""
+        return self._floors[id(group)]
 
     def __call__(self, b: int, e: int) -> list[StageGroup]:
         pr, n_dev = self.pr, len(self.instance.devices)
         out = []
-        parts: dict = {}  # (axis, range) -> (geometry, least compute per device, weights, computed)
+        parts: dict = {}  # (axis, range) -> (geometry, least compute per device, weights, computed, compute)
         for axis, ranges in self.layouts(b, e):
             _check(self.deadline)
             k = len(ranges)
@@ -201,10 +210,15 @@ class _MergedGroups:
                     for members in self.types.orbits:
                         low[list(members)] = per_dev[list(members)].min()
                     hit = parts[(axis, r)] = (geo, low, sum(pr.weight_bytes(geo, axis).values()),
-                                              pr.computed_bytes(geo))
+                                              pr.computed_bytes(geo), per_dev)
                 cols.append(hit)
             low = np.stack([c[1] for c in cols], axis=1)  # (devices, parts)
             comp = low[idx, np.arange(k)[None, :]]
-            out.append(StageGroup(b, e, axis, ranges, [c[0] for c in cols], perms, comp,
-                                  tuple(c[2] for c in cols), tuple(c[3] for c in cols)))
+            grp = StageGroup(b, e, axis, ranges, [c[0] for c in cols], perms, comp,
+                             tuple(c[2] for c in cols), tuple(c[3] for c in cols))
+            # the k parts sit on k distinct devices: one of them is no faster than the k-th
+            least = np.sort(np.min(np.stack([c[4] for c in cols], axis=1), axis=1))
+            self._floors[id(grp)] = float(least[k - 1]) * (1 - 1e-12)
+            self._alive.append(grp)
+            out.append(grp)
         return out

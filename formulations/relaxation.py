@@ -3,7 +3,8 @@
 The exact state at a stage boundary is who owns which rows (or channels) of every live
 tensor. The relaxation keeps its *layout class*: the regions of every live tensor (the last
 stage's outputs and the open residual skips alike), without the devices that own them; the
-graph's inputs are left out. From a class, a stage option's cost is bounded below by letting
+graph's inputs are left out (a first stage receives what it reads of them from the source;
+later ones read them free). From a class, a stage option's cost is bounded below by letting
 each receiving device claim, for each tensor it reads, the one region that saves it the most
 (as if it owned it), receiving the rest over its fastest incoming link with the smallest
 message latency. Every exact state of the class costs at least that much, so a backward pass
@@ -63,6 +64,7 @@ class StageTable:
     merged: np.ndarray | None = None  # (exits, carries) -> class index at boundary last + 1
     read_of: np.ndarray | None = None  # class at first -> index of the layouts the stage reads
     best: np.ndarray | None = None  # (read layouts, exits): least floor of an option with that exit
+    time_floor: np.ndarray | None = None  # per group: a floor of its stage time (coarse relaxation), or None
     _flat: tuple | None = None
 
     def flat(self):
@@ -196,6 +198,8 @@ class Coarsening:
     - ``groups``: prices a stage's options as ``stage_groups`` does, for merged device types
       (each part at the least compute of its type's devices); ``None``: ``stage_groups``.
     - ``types``: the (possibly merged) device types the tables list orders of.
+    - ``time_floor``: a group -> a floor of its longest part's compute over every device
+      order (the merged types lose which devices are distinct), or ``None``.
     - ``links``: per device, (compute W, receive W, s/byte and s/message in, s/byte and
       s/message from the source) lowered to its type's least, or ``None`` for the devices' own.
     """
@@ -205,6 +209,7 @@ class Coarsening:
     groups: Callable | None = None
     types: DeviceTypes | None = None
     links: tuple | None = None
+    time_floor: Callable | None = None
 
 
 def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_options: int,
@@ -250,6 +255,8 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
                 pidx.append(np.arange(P))
             tab = StageTable(groups, np.concatenate(gidx), np.concatenate(pidx), np.concatenate(heads),
                              list(exits))
+            if coarse is not None and coarse.time_floor is not None:
+                tab.time_floor = np.array([coarse.time_floor(grp) for grp in groups], dtype=float)
             reads = {t for grp in groups for geo in grp.geos for t in geo.needs}
             live = {t for t, r in last_read.items() if r > e} if main is None else set()
             carries: dict[tuple, int] = {}
@@ -343,7 +350,11 @@ class _FloorCost:
             r_t = self._from_source(pr, t, needs[t])  # (dev, G, kmax)
             rr = (r_t.reshape(-1)[flat_idx] * mask).T[:, None, :]  # (kmax, 1, options)
             terms.append((np.ascontiguousarray(rr), np.zeros(len(read_keys), dtype=np.int64)))
-        keep, starts = self._undominated(order, starts, devices, comp, [rr for rr, _ in terms], deadline)
+        tf = None
+        if tab.time_floor is not None and self.objective == "latency":
+            tf = tab.time_floor[tab.group]
+        keep, starts = self._undominated(order, starts, devices, comp, [rr for rr, _ in terms], deadline, tf)
+        tf32 = None if tf is None else tf[keep].astype(np.float32)
         devices, comp, mask = devices[keep], comp[keep], mask[keep]
         terms = [(rr[:, :, keep], which) for rr, which in terms]
         # float32 halves the memory traffic; the floors are lowered by far more than its
@@ -352,7 +363,7 @@ class _FloorCost:
         terms = [(rr.astype(np.float32), which) for rr, which in terms]
 
         def least(rr):  # (parts, rows, options) received -> (rows, exits)
-            f = self._floor(tab.groups, tab.group[keep], devices, comp32, mask, rr)
+            f = self._floor(tab.groups, tab.group[keep], devices, comp32, mask, rr, tf32)
             return np.minimum.reduceat(np.broadcast_to(f, (rr.shape[1], len(keep))), starts, axis=1)
 
         P = max(1, len(read_keys))
@@ -376,13 +387,15 @@ class _FloorCost:
                 out[lo:hi][:, exit_ids] = least(rr)
         return out * (1 - SAFE)
 
-    def _undominated(self, order, starts, devices, comp, receives, deadline: float | None = None):
+    def _undominated(self, order, starts, devices, comp, receives, deadline: float | None = None, tf=None):
         """Options (sorted by exit) no other option of their exit beats: one nowhere worse, part
         by part, in compute and in what it receives from every layout, has a floor at most as
         large from every class. Returns them and the start of each exit among them."""
         O = len(order)
         energy = self.objective == "energy"
         cols = [self.pc[devices] * comp if energy else comp]
+        if tf is not None:  # a larger stage-time floor is worse too
+            cols.append(tf[:, None])
         for r in receives:  # (parts, layouts, options)
             r = self.rx[devices].T[:, None, :] * r if energy else r
             cols.append(r.transpose(2, 0, 1).reshape(O, -1))
@@ -434,17 +447,19 @@ class _FloorCost:
         return (nbytes[None] * self.src_inv_bw[:, None, None]
                 + (nbytes[None] > 0) * self.src_lat[:, None, None])
 
-    def _floor(self, groups, group, devices, comp, mask, rr) -> np.ndarray:
+    def _floor(self, groups, group, devices, comp, mask, rr, tf=None) -> np.ndarray:
         """(rows, options): the floor of every option given what each part receives
-        (``rr``: (parts, rows, options); parts first keeps the reductions over parts fast)."""
+        (``rr``: (parts, rows, options); parts first keeps the reductions over parts fast);
+        ``tf``: per option, a floor of its longest compute (latency; None: none)."""
         obj = self.objective
         if obj == "latency":
             if self.shared:
-                return comp.max(axis=1)[None] + rr.sum(axis=0)
+                longest = comp.max(axis=1) if tf is None else np.maximum(comp.max(axis=1), tf)
+                return longest[None] + rr.sum(axis=0)
             out = comp[:, 0][None] + rr[0]
             for j in range(1, comp.shape[1]):
                 out = np.maximum(out, comp[:, j][None] + rr[j])
-            return out
+            return out if tf is None else np.maximum(out, tf[None])
         if obj == "energy":
             return (self.pc[devices] * comp * mask).sum(axis=1)[None] + (self.rx[devices].T[:, None, :] * rr).sum(axis=0)
         if obj == "period":

@@ -111,39 +111,57 @@ def test_coarse_bound_never_exceeds_the_optimum_nor_the_full_bound(case):
         assert coarse <= full * (1 + 1e-6) + 1e-15, (objective, coarse, full)
 
 
+def most_options(inst) -> int:
+    """The most options of one stage in the full relaxation (one order per device type)."""
+    return max(len(t.group) for t in layout_bounds(inst, "latency").tables.values())
+
+
 @pytest.mark.parametrize("case", CASE_PARAMS)
 def test_forced_merging_and_collapse_stay_below_every_path(case):
-    """Merged device types (a budget of one option per stage forces one type) and boundaries
-    without classes only lower the bound: below the unforced coarse bound and below the least
-    floor sum of every path of the whole stage graph."""
+    """Merged device types (smaller and smaller option budgets, down to one type) and
+    boundaries without classes only lower the bound: below the unforced coarse bound and below
+    the least floor sum of every path of the whole stage graph."""
     inst = CASES[case]()
     sg = whole_graph(case)
+    budgets = []
+    m = most_options(inst) - 1
+    while m >= 1:
+        budgets.append(m)
+        m //= 2
+    merged = 0
     for objective in OBJECTIVES:
         best_path = floor_suffix(sg, objective)[sg.source]
         plain = lower(coarse_bounds(inst, objective))
         assert plain <= best_path * (1 + REL) + 1e-15, objective
-        for forced in (dict(max_options=1), dict(max_classes=0), dict(max_options=1, max_classes=0)):
+        forced = [dict(max_classes=0)] + [dict(max_options=b) for b in budgets] + \
+            [dict(max_options=b, max_classes=0) for b in budgets[:1]]
+        for kw in forced:
             try:
-                lb = coarse_bounds(inst, objective, **forced)
+                lb = coarse_bounds(inst, objective, **kw)
             except PlannerError:  # even one merged type has more options than the budget
-                assert forced.get("max_options") == 1
-                lb = coarse_bounds(inst, objective, max_options=10_000, max_classes=forced.get("max_classes", 2048))
+                assert "max_options" in kw
+                continue
+            merged += len(lb.types.orbits) < len(coarse_bounds(inst, objective).types.orbits)
             value = lower(lb)
-            assert value <= plain * (1 + 1e-6) + 1e-15, (objective, forced)
-            assert value <= best_path * (1 + REL) + 1e-15, (objective, forced)
+            assert value <= plain * (1 + 1e-6) + 1e-15, (objective, kw)
+            assert value <= best_path * (1 + REL) + 1e-15, (objective, kw)
+            if objective == "latency" and "max_options" in kw:
+                assert value <= optimum(case, objective) * (1 + REL)
+    if len(inst.devices) > 1 and budgets:
+        assert merged > 0  # the budgets did force merged types
 
 
 def test_merging_fits_the_budget_with_fewer_types():
     inst = CASES["chain-4distinct"]()
     lb = coarse_bounds(inst, "latency")
     assert [len(o) for o in lb.types.orbits] == [1, 1, 1, 1]  # fits: the devices' own types
-    counts = {}
-    for (b, e), tab in layout_bounds(inst, "latency").tables.items():
-        counts[(b, e)] = len(tab.group)
-    merged = coarse_bounds(inst, "latency", max_options=max(counts.values()) - 1)
+    most = most_options(inst)
+    merged = coarse_bounds(inst, "latency", max_options=most - 1)
     assert 1 <= len(merged.types.orbits) < 4
     assert sorted(d for o in merged.types.orbits for d in o) == [0, 1, 2, 3]
-    assert max(len(t.group) for t in merged.tables.values()) < max(counts.values())
+    assert max(len(t.group) for t in merged.tables.values()) < most
+    # the stage-time floor of merged types: the k-th fastest device for k parts
+    assert any(t.time_floor is not None and (t.time_floor > 0).all() for t in merged.tables.values())
 
 
 def test_the_coarse_relaxation_drops_the_skip():
