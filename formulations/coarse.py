@@ -183,6 +183,19 @@ class _MergedGroups:
         self.orders: dict[int, tuple] = {}
         self._floors: dict[int, float] = {}  # id(group) -> its stage-time floor (the group is kept alive below)
         self._alive: list = []
+        self._layer: dict = {}  # (layer, fraction, axis) -> its time on every device
+
+    def _compute(self, part) -> np.ndarray:
+        """``pr.compute_time(d, part)`` of every device d, the same sums in the same order."""
+        total = np.zeros(len(self.instance.devices))
+        for lid, f in part.fraction.items():
+            key = (lid, f, part.axis)
+            per = self._layer.get(key)
+            if per is None:
+                per = self._layer[key] = np.array([self.pr.layer_time(d, lid, f, part.axis)
+                                                   for d in range(len(total))])
+            total = total + per
+        return total
 
     def time_floor(self, group: StageGroup) -> float:
         """A floor of the longest part's compute of ``group`` on any k distinct devices: the
@@ -205,7 +218,7 @@ class _MergedGroups:
                 hit = parts.get((axis, r))
                 if hit is None:
                     geo = pr.geometry.parts(b, e, axis, [r])[0]
-                    per_dev = np.array([pr.compute_time(d, geo) for d in range(n_dev)])
+                    per_dev = self._compute(geo)
                     low = per_dev.copy()
                     for members in self.types.orbits:
                         low[list(members)] = per_dev[list(members)].min()

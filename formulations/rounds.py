@@ -14,6 +14,11 @@ the next round enumerates every plan within it and certifies.
 An incumbent (the anytime start's plan, in the space and within the caps) caps the bound the
 same way from the first round, and the rounds end as soon as their proven bound reaches it.
 The memory budget (``formulations.budget``) stops the rounds like the time limit does.
+
+``RoundSettings.relaxation``: ``auto`` gives the full relaxation half the time left; when it
+runs out or refuses, the coarse relaxation (``formulations.coarse``) proves a bound and the
+rounds stop there (no enumeration: its classes cannot prune exact states); ``full`` keeps the
+refusal, ``coarse`` goes straight to the coarse bound.
 """
 
 from __future__ import annotations
@@ -254,13 +259,17 @@ def _coarse_only(instance, obj, deadline, settings, incumbent, st: _State, why: 
     incumbent, an exploration that proves that bound; without one, ``CoarseOnly``."""
     from formulations.coarse import coarse_lower
 
-    reason = "the time limit" if isinstance(why, TimeoutError) else str(why)
+    if settings.relaxation == "coarse":
+        reason = "relaxation=coarse"
+    else:
+        reason = "its share of the time ran out" if isinstance(why, TimeoutError) else str(why)
     try:
         st.lower = coarse_lower(instance, obj, deadline=deadline, symmetry=settings.symmetry)
     except TimeoutError:
         raise SpaceTimeout(None) from None
     st.lower_source = "coarse"
-    msg = f"the full layout relaxation stopped ({reason}); the coarse relaxation bounds the space"
+    msg = (f"the coarse relaxation bounds the space ({reason}; no plan enumerated)" if settings.relaxation == "coarse"
+           else f"the full layout relaxation stopped ({reason}); the coarse relaxation bounds the space")
     if incumbent is None:
         raise CoarseOnly(msg, st.lower)
     out = st.stop()
