@@ -9,7 +9,10 @@ stage's floor, so ``to_go[0].min()`` stays a lower bound on every plan of the sp
 
 - *The newest tensor only.* A class holds the layout of the output of the last layer before
   the boundary (the tensor the next stage reads on the main path); every other live tensor
-  (skips, branches, concatenated features) is read free, wherever it is needed. A boundary
+  (skips, branches, concatenated features) is read free, wherever it is needed. Its regions
+  are widened to a grid of ``grid`` cells per axis (fewer layouts): a part then receives at
+  least what it needs minus the most one widened region holds of it (the true regions cover
+  what it needs), message latency left out. A boundary
   with more than ``max_classes`` classes, or a stage whose receive table would be too large,
   reads free from every class. Dropping a transfer only lowers a stage's time, energy and
   load; compute, weights and the graph's inputs are priced as in the full relaxation.
@@ -49,20 +52,23 @@ from formulations.symmetry import DeviceTypes, device_types, order_count, type_o
 COARSE_OPTIONS = 20_000
 #: most classes at a boundary before its reads are free
 COARSE_CLASSES = 2048
+#: cells per axis of the grid the newest tensor's regions are widened to
+COARSE_GRID = 4
 
 _MEMO: list = []  # [(key, the objects the key names by id, LayoutBounds)], most recent last
 
 
 def coarse_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
                   max_options: int = COARSE_OPTIONS, max_classes: int = COARSE_CLASSES,
-                  deadline: float | None = None, symmetry: bool = True) -> LayoutBounds:
+                  deadline: float | None = None, symmetry: bool = True,
+                  grid: int | None = COARSE_GRID) -> LayoutBounds:
     """The coarse relaxation's cost-to-go bounds for ``objective`` (see the module): a
     ``LayoutBounds`` whose ``to_go[0].min()`` is a lower bound on every plan of the space.
 
     Raises ``TimeoutError`` past ``deadline`` (a ``time.perf_counter()`` value) and
     ``SpaceTooLarge`` when one merged type per device count still exceeds ``max_options``."""
     devs = instance.devices
-    key = (objective, max_options, max_classes, symmetry, id(instance.graph), id(instance.network),
+    key = (objective, max_options, max_classes, grid, symmetry, id(instance.graph), id(instance.network),
            instance.search, instance.dtype_bytes, tuple((d.name, id(d.compute), id(d.power), d.node) for d in devs))
     for i, (k, _, lb) in enumerate(_MEMO):
         if k == key:
@@ -73,10 +79,10 @@ def coarse_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
     types = merged_types(instance, layouts, max_options, symmetry)
     base = device_types(instance, symmetry)
     if types.orbits == base.orbits:
-        coarsening = Coarsening(main_only=True, max_classes=max_classes, types=types)
+        coarsening = Coarsening(main_only=True, max_classes=max_classes, types=types, grid=grid)
     else:
         groups = _MergedGroups(instance, pr, layouts, types, deadline)
-        coarsening = Coarsening(main_only=True, max_classes=max_classes, types=types,
+        coarsening = Coarsening(main_only=True, max_classes=max_classes, types=types, grid=grid,
                                 groups=groups, links=_merged_links(instance, types), time_floor=groups.time_floor)
     lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, coarse=coarsening)
     _MEMO.append((key, (instance.graph, instance.network, tuple((d.compute, d.power) for d in devs)), lb))

@@ -43,6 +43,7 @@ import numpy as np
 
 from milp_planner.cost.evaluator import Pricer, pricer
 from milp_planner.model.graph import last_readers
+from milp_planner.space.geometry import tensor_grid
 from milp_planner.instance import Instance
 
 from formulations.budget import check_memory
@@ -198,6 +199,9 @@ class Coarsening:
     - ``groups``: prices a stage's options as ``stage_groups`` does, for merged device types
       (each part at the least compute of its type's devices); ``None``: ``stage_groups``.
     - ``types``: the (possibly merged) device types the tables list orders of.
+    - ``grid``: the newest tensor's regions are widened to a grid of this many cells per
+      axis (fewer layouts); a part then receives at least what it needs minus the most one
+      widened region holds of it, with no message latency (``None``: the regions as they are).
     - ``time_floor``: a group -> a floor of its longest part's compute over every device
       order (the merged types lose which devices are distinct), or ``None``.
     - ``links``: per device, (compute W, receive W, s/byte and s/message in, s/byte and
@@ -210,6 +214,7 @@ class Coarsening:
     types: DeviceTypes | None = None
     links: tuple | None = None
     time_floor: Callable | None = None
+    grid: int | None = 8
 
 
 def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_options: int,
@@ -225,6 +230,7 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
     lb.classes = [dict() for _ in range(n + 1)]
     lb.classes[0][()] = 0  # the source's state is priced exactly; its class is empty
     cost = _FloorCost(instance, objective)
+    cost.widened = coarse is not None and coarse.main_only and bool(coarse.grid)
     if coarse is not None and coarse.links is not None:
         cost.pc, cost.rx, cost.inv_bw, cost.lat, cost.src_inv_bw, cost.src_lat = (
             np.asarray(a, dtype=float) for a in coarse.links)
@@ -245,9 +251,15 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
             exits: dict[tuple, int] = {}
             heads, gidx, pidx = [], [], []
             for gi, grp in enumerate(groups):
-                xc = exit_class(lb, grp, last_read)
-                if main is not None:
-                    xc = tuple(x for x in xc if x[0] == main)
+                if main is None:
+                    xc = exit_class(lb, grp, last_read)
+                elif last_read.get(main, -1) > e:
+                    regs = [geo.owns[main] for geo in grp.geos if main in geo.owns]
+                    if coarse.grid:
+                        regs = [_widen(r, tensor_grid(g, main), coarse.grid) for r in regs]
+                    xc = ((main, lb.layout_id(main, regs)),)
+                else:
+                    xc = ()
                 xi = exits.setdefault(xc, len(exits))
                 P = len(grp.perms)
                 heads.append(np.full(P, xi))
@@ -301,6 +313,7 @@ class _FloorCost:
     """Floors of stage options from layout classes, vectorised over classes and options."""
 
     CHUNK = 1024  # read layouts priced at once
+    widened = False  # the coarse relaxation's widened layouts (``Coarsening.grid``)
     MAX_PAIRWISE = 5e7  # largest (options of an exit)^2 x values compared for dominance
     MAX_ELEMENTS = 3e7  # largest array of received seconds (layouts x regions x devices x options)
 
@@ -340,8 +353,9 @@ class _FloorCost:
             lids = sorted({lid for key in read_keys for tt, lid in key if tt == t})
             pos = {lid: i for i, lid in enumerate(lids)}
             regions = {lid: regs for regs, lid in lb.layouts[t].items()}
-            r_t = self._received(pr, t, [regions[lid] for lid in lids], needs[t])  # (L, dev, G, kmax)
-            rr = (r_t.reshape(len(lids), -1)[:, flat_idx] * mask[None]).transpose(2, 0, 1)  # (kmax, L, options)
+            r_t, link = self._received(pr, t, [regions[lid] for lid in lids], needs[t])  # (L, links, G, kmax)
+            idx_t = link[devices] * (G * kmax) + tab.group[:, None] * kmax + np.arange(kmax)[None, :]
+            rr = (r_t.reshape(len(lids), -1)[:, idx_t] * mask[None]).transpose(2, 0, 1)  # (kmax, L, options)
             rr = np.ascontiguousarray(np.concatenate([rr, np.zeros((kmax, 1, O))], axis=1))
             which = np.array([pos.get(dict(key).get(t), len(lids)) for key in _checked(read_keys, deadline)],
                              dtype=np.int64)
@@ -415,29 +429,42 @@ class _FloorCost:
             keep.extend(cols_x[~beaten.any(axis=0)])
         return np.array(keep, dtype=np.int64), np.array(new_starts, dtype=np.int64)
 
-    def _received(self, pr: Pricer, t: str, layouts: list[tuple], need: np.ndarray) -> np.ndarray:
-        """(layouts, devices, groups, parts): a lower bound on the seconds device d takes to
-        receive what part j of group g reads of ``t`` (``need``: (groups, parts, 4) boxes),
-        from each layout, claiming the one region that saves it most and receiving the rest
-        over its fastest incoming link with the smallest message latency."""
+    def _received(self, pr: Pricer, t: str, layouts: list[tuple], need: np.ndarray):
+        """(layouts, links, groups, parts) and the link class of each device: a lower bound on
+        the seconds a device of that link class (its fastest incoming link, smallest message
+        latency) takes to receive what part j of group g reads of ``t`` (``need``: (groups,
+        parts, 4) boxes), from each layout, claiming the one region that saves it most and
+        receiving the rest. With widened layouts (``widened``), the rest is what it needs
+        minus that region's share (the true regions cover the need), without message latency."""
+        lat = np.zeros_like(self.lat) if self.widened else self.lat
+        pairs, link = np.unique(np.stack([self.inv_bw, lat], axis=1), axis=0, return_inverse=True)
+        link = np.asarray(link).reshape(-1)
         rmax = max(len(r) for r in layouts)
-        size = len(layouts) * rmax * self.n_dev * need.shape[0] * need.shape[1]
+        size = len(layouts) * rmax * len(pairs) * need.shape[0] * need.shape[1]
         if size > self.MAX_ELEMENTS:
             raise SpaceTooLarge(
                 f"{self.name}: bounding the plan space needs {size:.3g} values for tensor {t} ({len(layouts)} "
-                f"layouts x {need.shape[0]} part layouts x {self.n_dev} devices), more than {self.MAX_ELEMENTS:.0e}; "
-                "reduce search.splits or max_parts, or use a heuristic planner")
+                f"layouts x {need.shape[0]} part layouts x {len(pairs)} link classes), more than "
+                f"{self.MAX_ELEMENTS:.0e}; reduce search.splits or max_parts, or use a heuristic planner")
         own = np.zeros((len(layouts), rmax, 4), dtype=np.int64)  # r0, r1, c0, c1 (padding is empty)
         for a, rr in enumerate(layouts):
             for i, reg in enumerate(rr):
                 own[a, i] = (reg.rows[0], reg.rows[1], reg.chans[0], reg.chans[1])
-        nbytes = (box_cells(own[:, :, None, None, :], need[None, None]) * pr.unit_bytes(t)).astype(float)  # (L, R, G, k)
+        unit = pr.unit_bytes(t)
+        nbytes = (box_cells(own[:, :, None, None, :], need[None, None]) * unit).astype(float)  # (L, R, G, k)
+        if self.widened:
+            h, c, _ = tensor_grid(pr.graph, t)
+            whole = np.array([0, h, 0, c], dtype=np.int64)
+            needed = (box_cells(need, whole) * unit).astype(float)  # (G, k)
+            rest_b = np.clip(needed[None] - nbytes.max(axis=1), 0, None)[:, None]  # (L, 1, G, k)
+            t_recv = rest_b[:, :, None] * pairs[None, None, :, 0, None, None]  # (L, 1, links, G, k)
+            return t_recv[:, 0], link
         msgs = (nbytes > 0).astype(float)
         rest_b = nbytes.sum(axis=1, keepdims=True) - nbytes  # everything but the claimed region
         rest_m = msgs.sum(axis=1, keepdims=True) - msgs
-        t_recv = (rest_b[:, :, None] * self.inv_bw[None, None, :, None, None]
-                  + rest_m[:, :, None] * self.lat[None, None, :, None, None])  # (L, R, dev, G, k)
-        return t_recv.min(axis=1)
+        t_recv = (rest_b[:, :, None] * pairs[None, None, :, 0, None, None]
+                  + rest_m[:, :, None] * pairs[None, None, :, 1, None, None])  # (L, R, links, G, k)
+        return t_recv.min(axis=1), link
 
     def _from_source(self, pr: Pricer, t: str, need: np.ndarray) -> np.ndarray:
         """(devices, groups, parts): the seconds device d takes to receive from the source what
@@ -518,6 +545,19 @@ def _source_links(instance: Instance):
     inv_bw = np.array([0.0 if d == s else 1.0 / net.bandwidth_Bps[s][d] for d in range(n_dev)])
     lat = np.array([0.0 if d == s else float(net.latency_s[s][d]) for d in range(n_dev)])
     return inv_bw, lat
+
+
+def _widen(reg, grid: tuple, cells: int):
+    """``reg`` widened to the boundaries of a grid of ``cells`` cells per axis."""
+    h, c, _ = grid
+    if reg.empty:
+        return reg
+
+    def snap(iv, n):
+        q = max(1, -(-n // cells))
+        return (iv[0] // q * q, min(n, -(-iv[1] // q) * q))
+
+    return type(reg)(snap(reg.rows, h), snap(reg.chans, c))
 
 
 def _incoming_links(instance: Instance):
