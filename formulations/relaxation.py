@@ -3,7 +3,8 @@
 The exact state at a stage boundary is who owns which rows (or channels) of every live
 tensor. The relaxation keeps its *layout class*: the regions of every live tensor (the last
 stage's outputs and the open residual skips alike), without the devices that own them; the
-graph's inputs are left out. From a class, a stage option's cost is bounded below by letting
+graph's inputs are left out (a first stage receives what it reads of them from the source;
+later ones read them free). From a class, a stage option's cost is bounded below by letting
 each receiving device claim, for each tensor it reads, the one region that saves it the most
 (as if it owned it), receiving the rest over its fastest incoming link with the smallest
 message latency. Every exact state of the class costs at least that much, so a backward pass
@@ -36,11 +37,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from milp_planner.cost.evaluator import Pricer, pricer
 from milp_planner.model.graph import last_readers
+from milp_planner.space.geometry import tensor_grid
 from milp_planner.instance import Instance
 
 from formulations.budget import check_memory
@@ -62,6 +65,7 @@ class StageTable:
     merged: np.ndarray | None = None  # (exits, carries) -> class index at boundary last + 1
     read_of: np.ndarray | None = None  # class at first -> index of the layouts the stage reads
     best: np.ndarray | None = None  # (read layouts, exits): least floor of an option with that exit
+    time_floor: np.ndarray | None = None  # per group: a floor of its stage time (coarse relaxation), or None
     _flat: tuple | None = None
 
     def flat(self):
@@ -184,36 +188,89 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
     return lb
 
 
+@dataclass(frozen=True)
+class Coarsening:
+    """How the coarse relaxation (``formulations.coarse``) simplifies the full one; every
+    simplification can only lower a floor, so its bounds stay proven.
+
+    - ``main_only``: a class holds only the layout of the newest tensor (the output of the
+      last layer before the boundary); every other live tensor is read free.
+    - ``max_classes``: a boundary with more classes than this keeps none (its reads are free).
+    - ``groups``: prices a stage's options as ``stage_groups`` does, for merged device types
+      (each part at the least compute of its type's devices); ``None``: ``stage_groups``.
+    - ``types``: the (possibly merged) device types the tables list orders of.
+    - ``grid``: the newest tensor's regions are widened to a grid of this many cells per
+      axis (fewer layouts); a part then receives at least what it needs minus the most one
+      widened region holds of it, with no message latency (``None``: the regions as they are).
+    - ``time_floor``: a group -> a floor of its longest part's compute over every device
+      order (the merged types lose which devices are distinct), or ``None``.
+    - ``links``: per device, (compute W, receive W, s/byte and s/message in, s/byte and
+      s/message from the source) lowered to its type's least, or ``None`` for the devices' own.
+    """
+
+    main_only: bool = True
+    max_classes: int = 4096
+    groups: Callable | None = None
+    types: DeviceTypes | None = None
+    links: tuple | None = None
+    time_floor: Callable | None = None
+    grid: int | None = 8
+
+
 def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_options: int,
-                   deadline: float | None, symmetry: bool) -> LayoutBounds:
+                   deadline: float | None, symmetry: bool, coarse: Coarsening | None = None) -> LayoutBounds:
     t0 = time.perf_counter()
     pr = pr or pricer(instance)
     g = instance.graph
     n = len(g.layers)
     fl = max(1, instance.search.fusion_limit)
     last_read = last_readers(instance.graph)
-    lb = LayoutBounds(objective, n, _skip=frozenset(g.inputs), types=device_types(instance, symmetry))
+    types = coarse.types if coarse is not None and coarse.types is not None else device_types(instance, symmetry)
+    lb = LayoutBounds(objective, n, _skip=frozenset(g.inputs), types=types)
     lb.classes = [dict() for _ in range(n + 1)]
     lb.classes[0][()] = 0  # the source's state is priced exactly; its class is empty
     cost = _FloorCost(instance, objective)
+    cost.widened = coarse is not None and coarse.main_only and bool(coarse.grid)
+    if coarse is not None and coarse.links is not None:
+        cost.pc, cost.rx, cost.inv_bw, cost.lat, cost.src_inv_bw, cost.src_lat = (
+            np.asarray(a, dtype=float) for a in coarse.links)
+    collapsed = [False] * (n + 1)  # boundaries whose classes were priced as the empty class
 
     for b in range(n):
         keys = list(lb.classes[b])
+        if coarse is not None and len(keys) > coarse.max_classes:
+            collapsed[b] = True  # every class at b bounded by the empty one: reads free
+            keys = [()]
         for e in range(b, min(n, b + fl)):
             _check(deadline)
-            groups = stage_groups(instance, pr, b, e, max_options, deadline, types=lb.types)
+            if coarse is not None and coarse.groups is not None:
+                groups = coarse.groups(b, e)
+            else:
+                groups = stage_groups(instance, pr, b, e, max_options, deadline, types=lb.types)
+            main = g.layers[e].output if coarse is not None and coarse.main_only else None
             exits: dict[tuple, int] = {}
             heads, gidx, pidx = [], [], []
             for gi, grp in enumerate(groups):
-                xi = exits.setdefault(exit_class(lb, grp, last_read), len(exits))
+                if main is None:
+                    xc = exit_class(lb, grp, last_read)
+                elif last_read.get(main, -1) > e:
+                    regs = [geo.owns[main] for geo in grp.geos if main in geo.owns]
+                    if coarse.grid:
+                        regs = [_widen(r, tensor_grid(g, main), coarse.grid) for r in regs]
+                    xc = ((main, lb.layout_id(main, regs)),)
+                else:
+                    xc = ()
+                xi = exits.setdefault(xc, len(exits))
                 P = len(grp.perms)
                 heads.append(np.full(P, xi))
                 gidx.append(np.full(P, gi))
                 pidx.append(np.arange(P))
             tab = StageTable(groups, np.concatenate(gidx), np.concatenate(pidx), np.concatenate(heads),
                              list(exits))
+            if coarse is not None and coarse.time_floor is not None:
+                tab.time_floor = np.array([coarse.time_floor(grp) for grp in groups], dtype=float)
             reads = {t for grp in groups for geo in grp.geos for t in geo.needs}
-            live = {t for t, r in last_read.items() if r > e}
+            live = {t for t, r in last_read.items() if r > e} if main is None else set()
             carries: dict[tuple, int] = {}
             read_keys: dict[tuple, int] = {}
             tab.carry_of = np.array([carries.setdefault(tuple(x for x in key if x[0] in live), len(carries))
@@ -222,7 +279,14 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
                                     for key in _checked(keys, deadline)], dtype=np.int64)
             nxt = lb.classes[e + 1]
             tab.merged = _merge_classes(nxt, tab.exits, list(carries), deadline)
-            tab.best = cost.least_floors(lb, pr, tab, list(read_keys), deadline)
+            if coarse is None:
+                tab.best = cost.least_floors(lb, pr, tab, list(read_keys), deadline, first=b == 0)
+            else:
+                try:
+                    tab.best = cost.least_floors(lb, pr, tab, list(read_keys), deadline, first=b == 0)
+                except SpaceTooLarge:  # too many layouts to price: read free from every class
+                    free = cost.least_floors(lb, pr, tab, [()], deadline, first=b == 0)
+                    tab.best = np.repeat(free, len(read_keys), axis=0)
             lb.tables[(b, e)] = tab
 
     lb.to_go = [None] * (n + 1)
@@ -233,7 +297,10 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
         for e in range(b, min(n, b + fl)):
             tab = lb.tables[(b, e)]
             rest = lb.to_go[e + 1][tab.merged]  # (exits, carries)
-            best = np.minimum(best, (tab.best[tab.read_of] + rest[:, tab.carry_of].T).min(axis=1))
+            if collapsed[b]:  # one priced row (the empty class), every class bounded by it
+                best = np.minimum(best, (tab.best[tab.read_of] + rest[:, tab.carry_of].T).min(axis=1).min())
+            else:
+                best = np.minimum(best, (tab.best[tab.read_of] + rest[:, tab.carry_of].T).min(axis=1))
         lb.to_go[b] = best
     lb.build_time_s = time.perf_counter() - t0
     return lb
@@ -246,6 +313,7 @@ class _FloorCost:
     """Floors of stage options from layout classes, vectorised over classes and options."""
 
     CHUNK = 1024  # read layouts priced at once
+    widened = False  # the coarse relaxation's widened layouts (``Coarsening.grid``)
     MAX_PAIRWISE = 5e7  # largest (options of an exit)^2 x values compared for dominance
     MAX_ELEMENTS = 3e7  # largest array of received seconds (layouts x regions x devices x options)
 
@@ -259,11 +327,15 @@ class _FloorCost:
         self.pc = np.array([float(d.power.compute_w) for d in instance.devices])
         self.rx = np.array([float(d.power.rx_w) for d in instance.devices])
         self.inv_bw, self.lat = _incoming_links(instance)
+        self.src_inv_bw, self.src_lat = _source_links(instance)
+        self.inputs = frozenset(instance.graph.inputs)
 
     def least_floors(self, lb: LayoutBounds, pr: Pricer, tab: StageTable, read_keys: list[tuple],
-                     deadline: float | None = None) -> np.ndarray:
+                     deadline: float | None = None, first: bool = False) -> np.ndarray:
         """(read layouts, exits): the least floor of the stage's options with each exit, from
-        each layout of the tensors the stage reads."""
+        each layout of the tensors the stage reads. A ``first`` stage (from the source's
+        state, where only the source holds the graph's inputs) also receives what it reads of
+        them from the source."""
         devices, comp, mask, needs = tab.flat()
         O, kmax = comp.shape
         G = len(tab.groups)
@@ -281,13 +353,22 @@ class _FloorCost:
             lids = sorted({lid for key in read_keys for tt, lid in key if tt == t})
             pos = {lid: i for i, lid in enumerate(lids)}
             regions = {lid: regs for regs, lid in lb.layouts[t].items()}
-            r_t = self._received(pr, t, [regions[lid] for lid in lids], needs[t])  # (L, dev, G, kmax)
-            rr = (r_t.reshape(len(lids), -1)[:, flat_idx] * mask[None]).transpose(2, 0, 1)  # (kmax, L, options)
+            r_t, link = self._received(pr, t, [regions[lid] for lid in lids], needs[t])  # (L, links, G, kmax)
+            idx_t = link[devices] * (G * kmax) + tab.group[:, None] * kmax + np.arange(kmax)[None, :]
+            rr = (r_t.reshape(len(lids), -1)[:, idx_t] * mask[None]).transpose(2, 0, 1)  # (kmax, L, options)
             rr = np.ascontiguousarray(np.concatenate([rr, np.zeros((kmax, 1, O))], axis=1))
             which = np.array([pos.get(dict(key).get(t), len(lids)) for key in _checked(read_keys, deadline)],
                              dtype=np.int64)
             terms.append((rr, which))
-        keep, starts = self._undominated(order, starts, devices, comp, [rr for rr, _ in terms], deadline)
+        for t in sorted(self.inputs & set(needs)) if first else ():
+            r_t = self._from_source(pr, t, needs[t])  # (dev, G, kmax)
+            rr = (r_t.reshape(-1)[flat_idx] * mask).T[:, None, :]  # (kmax, 1, options)
+            terms.append((np.ascontiguousarray(rr), np.zeros(len(read_keys), dtype=np.int64)))
+        tf = None
+        if tab.time_floor is not None and self.objective == "latency":
+            tf = tab.time_floor[tab.group]
+        keep, starts = self._undominated(order, starts, devices, comp, [rr for rr, _ in terms], deadline, tf)
+        tf32 = None if tf is None else tf[keep].astype(np.float32)
         devices, comp, mask = devices[keep], comp[keep], mask[keep]
         terms = [(rr[:, :, keep], which) for rr, which in terms]
         # float32 halves the memory traffic; the floors are lowered by far more than its
@@ -296,7 +377,7 @@ class _FloorCost:
         terms = [(rr.astype(np.float32), which) for rr, which in terms]
 
         def least(rr):  # (parts, rows, options) received -> (rows, exits)
-            f = self._floor(tab.groups, tab.group[keep], devices, comp32, mask, rr)
+            f = self._floor(tab.groups, tab.group[keep], devices, comp32, mask, rr, tf32)
             return np.minimum.reduceat(np.broadcast_to(f, (rr.shape[1], len(keep))), starts, axis=1)
 
         P = max(1, len(read_keys))
@@ -320,13 +401,15 @@ class _FloorCost:
                 out[lo:hi][:, exit_ids] = least(rr)
         return out * (1 - SAFE)
 
-    def _undominated(self, order, starts, devices, comp, receives, deadline: float | None = None):
+    def _undominated(self, order, starts, devices, comp, receives, deadline: float | None = None, tf=None):
         """Options (sorted by exit) no other option of their exit beats: one nowhere worse, part
         by part, in compute and in what it receives from every layout, has a floor at most as
         large from every class. Returns them and the start of each exit among them."""
         O = len(order)
         energy = self.objective == "energy"
         cols = [self.pc[devices] * comp if energy else comp]
+        if tf is not None:  # a larger stage-time floor is worse too
+            cols.append(tf[:, None])
         for r in receives:  # (parts, layouts, options)
             r = self.rx[devices].T[:, None, :] * r if energy else r
             cols.append(r.transpose(2, 0, 1).reshape(O, -1))
@@ -346,41 +429,64 @@ class _FloorCost:
             keep.extend(cols_x[~beaten.any(axis=0)])
         return np.array(keep, dtype=np.int64), np.array(new_starts, dtype=np.int64)
 
-    def _received(self, pr: Pricer, t: str, layouts: list[tuple], need: np.ndarray) -> np.ndarray:
-        """(layouts, devices, groups, parts): a lower bound on the seconds device d takes to
-        receive what part j of group g reads of ``t`` (``need``: (groups, parts, 4) boxes),
-        from each layout, claiming the one region that saves it most and receiving the rest
-        over its fastest incoming link with the smallest message latency."""
+    def _received(self, pr: Pricer, t: str, layouts: list[tuple], need: np.ndarray):
+        """(layouts, links, groups, parts) and the link class of each device: a lower bound on
+        the seconds a device of that link class (its fastest incoming link, smallest message
+        latency) takes to receive what part j of group g reads of ``t`` (``need``: (groups,
+        parts, 4) boxes), from each layout, claiming the one region that saves it most and
+        receiving the rest. With widened layouts (``widened``), the rest is what it needs
+        minus that region's share (the true regions cover the need), without message latency."""
+        lat = np.zeros_like(self.lat) if self.widened else self.lat
+        pairs, link = np.unique(np.stack([self.inv_bw, lat], axis=1), axis=0, return_inverse=True)
+        link = np.asarray(link).reshape(-1)
         rmax = max(len(r) for r in layouts)
-        size = len(layouts) * rmax * self.n_dev * need.shape[0] * need.shape[1]
+        size = len(layouts) * rmax * len(pairs) * need.shape[0] * need.shape[1]
         if size > self.MAX_ELEMENTS:
             raise SpaceTooLarge(
                 f"{self.name}: bounding the plan space needs {size:.3g} values for tensor {t} ({len(layouts)} "
-                f"layouts x {need.shape[0]} part layouts x {self.n_dev} devices), more than {self.MAX_ELEMENTS:.0e}; "
-                "reduce search.splits or max_parts, or use a heuristic planner")
+                f"layouts x {need.shape[0]} part layouts x {len(pairs)} link classes), more than "
+                f"{self.MAX_ELEMENTS:.0e}; reduce search.splits or max_parts, or use a heuristic planner")
         own = np.zeros((len(layouts), rmax, 4), dtype=np.int64)  # r0, r1, c0, c1 (padding is empty)
         for a, rr in enumerate(layouts):
             for i, reg in enumerate(rr):
                 own[a, i] = (reg.rows[0], reg.rows[1], reg.chans[0], reg.chans[1])
-        nbytes = (box_cells(own[:, :, None, None, :], need[None, None]) * pr.unit_bytes(t)).astype(float)  # (L, R, G, k)
+        unit = pr.unit_bytes(t)
+        nbytes = (box_cells(own[:, :, None, None, :], need[None, None]) * unit).astype(float)  # (L, R, G, k)
+        if self.widened:
+            h, c, _ = tensor_grid(pr.graph, t)
+            whole = np.array([0, h, 0, c], dtype=np.int64)
+            needed = (box_cells(need, whole) * unit).astype(float)  # (G, k)
+            rest_b = np.clip(needed[None] - nbytes.max(axis=1), 0, None)[:, None]  # (L, 1, G, k)
+            t_recv = rest_b[:, :, None] * pairs[None, None, :, 0, None, None]  # (L, 1, links, G, k)
+            return t_recv[:, 0], link
         msgs = (nbytes > 0).astype(float)
         rest_b = nbytes.sum(axis=1, keepdims=True) - nbytes  # everything but the claimed region
         rest_m = msgs.sum(axis=1, keepdims=True) - msgs
-        t_recv = (rest_b[:, :, None] * self.inv_bw[None, None, :, None, None]
-                  + rest_m[:, :, None] * self.lat[None, None, :, None, None])  # (L, R, dev, G, k)
-        return t_recv.min(axis=1)
+        t_recv = (rest_b[:, :, None] * pairs[None, None, :, 0, None, None]
+                  + rest_m[:, :, None] * pairs[None, None, :, 1, None, None])  # (L, R, links, G, k)
+        return t_recv.min(axis=1), link
 
-    def _floor(self, groups, group, devices, comp, mask, rr) -> np.ndarray:
+    def _from_source(self, pr: Pricer, t: str, need: np.ndarray) -> np.ndarray:
+        """(devices, groups, parts): the seconds device d takes to receive from the source what
+        part j of group g reads of graph input ``t`` (one message; nothing on a source device)."""
+        cells = (need[..., 1] - need[..., 0]) * (need[..., 3] - need[..., 2])
+        nbytes = (np.clip(cells, 0, None) * pr.unit_bytes(t)).astype(float)
+        return (nbytes[None] * self.src_inv_bw[:, None, None]
+                + (nbytes[None] > 0) * self.src_lat[:, None, None])
+
+    def _floor(self, groups, group, devices, comp, mask, rr, tf=None) -> np.ndarray:
         """(rows, options): the floor of every option given what each part receives
-        (``rr``: (parts, rows, options); parts first keeps the reductions over parts fast)."""
+        (``rr``: (parts, rows, options); parts first keeps the reductions over parts fast);
+        ``tf``: per option, a floor of its longest compute (latency; None: none)."""
         obj = self.objective
         if obj == "latency":
             if self.shared:
-                return comp.max(axis=1)[None] + rr.sum(axis=0)
+                longest = comp.max(axis=1) if tf is None else np.maximum(comp.max(axis=1), tf)
+                return longest[None] + rr.sum(axis=0)
             out = comp[:, 0][None] + rr[0]
             for j in range(1, comp.shape[1]):
                 out = np.maximum(out, comp[:, j][None] + rr[j])
-            return out
+            return out if tf is None else np.maximum(out, tf[None])
         if obj == "energy":
             return (self.pc[devices] * comp * mask).sum(axis=1)[None] + (self.rx[devices].T[:, None, :] * rr).sum(axis=0)
         if obj == "period":
@@ -425,6 +531,33 @@ def _check(deadline: float | None) -> None:
     check_memory()
     if deadline is not None and time.perf_counter() > deadline:
         raise TimeoutError("the time limit ran out while bounding the plan space")
+
+
+def _source_links(instance: Instance):
+    """Per device: seconds per byte and per message from the source (0 on a source device)."""
+    net = instance.network
+    n_dev = len(instance.devices)
+    src = net.source
+    if src.external:
+        return (np.array([1.0 / src.bandwidth_Bps[d] for d in range(n_dev)]),
+                np.array([float(src.latency_s[d]) for d in range(n_dev)]))
+    s = src.device
+    inv_bw = np.array([0.0 if d == s else 1.0 / net.bandwidth_Bps[s][d] for d in range(n_dev)])
+    lat = np.array([0.0 if d == s else float(net.latency_s[s][d]) for d in range(n_dev)])
+    return inv_bw, lat
+
+
+def _widen(reg, grid: tuple, cells: int):
+    """``reg`` widened to the boundaries of a grid of ``cells`` cells per axis."""
+    h, c, _ = grid
+    if reg.empty:
+        return reg
+
+    def snap(iv, n):
+        q = max(1, -(-n // cells))
+        return (iv[0] // q * q, min(n, -(-iv[1] // q) * q))
+
+    return type(reg)(snap(reg.rows, h), snap(reg.chans, c))
 
 
 def _incoming_links(instance: Instance):

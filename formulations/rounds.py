@@ -14,6 +14,11 @@ the next round enumerates every plan within it and certifies.
 An incumbent (the anytime start's plan, in the space and within the caps) caps the bound the
 same way from the first round, and the rounds end as soon as their proven bound reaches it.
 The memory budget (``formulations.budget``) stops the rounds like the time limit does.
+
+``RoundSettings.relaxation``: ``auto`` gives the full relaxation half the time left; when it
+runs out or refuses, the coarse relaxation (``formulations.coarse``) proves a bound and the
+rounds stop there (no enumeration: its classes cannot prune exact states); ``full`` keeps the
+refusal, ``coarse`` goes straight to the coarse bound.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Callable, Protocol
 
 from formulations.budget import MemoryBudgetExceeded
 from formulations.caps import Fixing
-from formulations.certificate import Exploration, GraphSolve, MemoryStop, SpaceTimeout, loose
+from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, loose
 from formulations.relaxation import layout_bounds
 from formulations.stagegraph import SpaceTooLarge, StageGraph, build_stage_graph
 from formulations.symmetry import reduction_for
@@ -55,6 +60,7 @@ class RoundSettings:
     round_budget: int = 60_000
     growth: float = 0.002
     symmetry: bool = True  # plans equal up to exchanging interchangeable devices are one plan
+    relaxation: str = "auto"  # full | coarse | auto (the full one within half the time left, else coarse)
 
 
 class RoundContext(Protocol):
@@ -85,10 +91,12 @@ class _State:
     best: _Best | None = None
     rounds: int = 0
     build_s: float = 0.0
+    lower_source: str = ""  # "coarse": ``lower`` is the coarse relaxation's (formulations.coarse)
 
     def stop(self, timed_out: bool = False, memory_out: str = "") -> Exploration:
         return Exploration(self.best.graph if self.best else None, self.best.found if self.best else None,
-                           self.lower, False, self.rounds, self.build_s, timed_out=timed_out, memory_out=memory_out)
+                           self.lower, False, self.rounds, self.build_s, timed_out=timed_out, memory_out=memory_out,
+                           lower_source=self.lower_source)
 
 
 def _aim(grown: list[tuple[float, int]]) -> float:
@@ -143,10 +151,13 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
     cap_at = math.inf if incumbent is None or not math.isfinite(incumbent) else loose(incumbent)
     minmax = obj in ("period", "memory")  # weak additive floors: the incumbent sets the bound
     try:
-        bounds = layout_bounds(instance, obj, deadline=deadline, max_options=settings.max_options,
-                               symmetry=settings.symmetry) if bounded else None
-    except TimeoutError:
-        raise SpaceTimeout(None) from None
+        bounds = _full_bounds(instance, obj, deadline, settings) if bounded else None
+    except (TimeoutError, PlannerError) as err:
+        if settings.relaxation == "full":
+            if isinstance(err, TimeoutError):
+                raise SpaceTimeout(None) from None
+            raise
+        return _coarse_only(instance, obj, deadline, settings, incumbent, st, err)
     st.lower = float(bounds.to_go[0].min()) if bounded else None
     upper = min(st.lower * (1 + settings.delta), cap_at) if bounded else math.inf
     budget, max_arcs = settings.round_budget, settings.max_arcs
@@ -257,3 +268,41 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             upper = math.inf
         if bounded:
             upper = min(upper, cap_at)  # no plan worse than the incumbent is needed
+
+
+class CoarseOnly(SearchStopped):
+    """The full relaxation could not bound the space; ``lower`` is the coarse relaxation's
+    bound (``formulations.coarse``), and no plan was enumerated."""
+
+
+def _full_bounds(instance, obj, deadline, settings):
+    """The full relaxation; under ``auto`` within half the time left (else the coarse one runs)."""
+    if settings.relaxation == "coarse":
+        raise SpaceTooLarge("the coarse relaxation was asked for (relaxation=coarse)")
+    own = deadline
+    if settings.relaxation == "auto" and deadline is not None:
+        own = time.perf_counter() + max(0.0, deadline - time.perf_counter()) / 2
+    return layout_bounds(instance, obj, deadline=own, max_options=settings.max_options, symmetry=settings.symmetry)
+
+
+def _coarse_only(instance, obj, deadline, settings, incumbent, st: _State, why: Exception) -> Exploration:
+    """The coarse relaxation's bound, the full one having refused (``why``): with an
+    incumbent, an exploration that proves that bound; without one, ``CoarseOnly``."""
+    from formulations.coarse import coarse_lower
+
+    if settings.relaxation == "coarse":
+        reason = "relaxation=coarse"
+    else:
+        reason = "its share of the time ran out" if isinstance(why, TimeoutError) else str(why)
+    try:
+        st.lower = coarse_lower(instance, obj, deadline=deadline, symmetry=settings.symmetry)
+    except TimeoutError:
+        raise SpaceTimeout(None) from None
+    st.lower_source = "coarse"
+    msg = (f"the coarse relaxation bounds the space ({reason}; no plan enumerated)" if settings.relaxation == "coarse"
+           else f"the full layout relaxation stopped ({reason}); the coarse relaxation bounds the space")
+    if incumbent is None:
+        raise CoarseOnly(msg, st.lower)
+    out = st.stop()
+    out.refused = msg
+    return out

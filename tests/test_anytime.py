@@ -96,7 +96,7 @@ def test_floor_is_not_trivial():
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOOR_SOURCES = ("fluid", "compute-only", "weights")
-SOURCES = ("certified", "rounds") + FLOOR_SOURCES
+SOURCES = ("certified", "rounds", "coarse") + FLOOR_SOURCES
 
 
 @pytest.mark.slow

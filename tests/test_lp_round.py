@@ -130,7 +130,9 @@ def test_rounded_plan_breaking_a_cap_is_repaired(monkeypatch):
     monkeypatch.setattr(lp_round, "_greedy", on_b)
     res = get_planner("lp-round").solve(inst, objective="period")
     ref = get_planner("milp").solve(inst, objective="period")
-    assert res.status == "feasible" and res.metrics.feasible, res.message
+    # optimal when the LP's bound meets the repaired plan (the first stage's reads from the
+    # source make the layout relaxation tight enough here)
+    assert res.status in ("feasible", "optimal") and res.metrics.feasible, res.message
     assert_sandwich(res, ref)
     assert res.info["rounding"].startswith("repaired: ")
     assert res.message.startswith("rounded plan breaks memory of b")

@@ -109,8 +109,14 @@ def test_an_absurd_grid_is_one_line_error(tmp_path):
     t0 = time.perf_counter()
     with pytest.raises(PlannerError, match="reduce search.splits or max_parts") as err:
         # tiny rows: the cut vectors fit, their bounds do not
-        get_planner("dp", anytime=False).solve(inst, time_limit=10)
+        get_planner("dp", anytime=False, relaxation="full").solve(inst, time_limit=10)
     assert "\n" not in str(err.value)
+    assert time.perf_counter() - t0 < slack(10)
+    t0 = time.perf_counter()
+    # relaxation=auto: the coarse relaxation tries to bound the space (here it runs out of
+    # time too); the best single-device plan and a floor, within the limit
+    res = get_planner("dp", anytime=False).solve(inst, time_limit=10)
+    assert res.plan is not None and res.bound is not None and res.bound <= res.value
     assert time.perf_counter() - t0 < slack(10)
     t0 = time.perf_counter()
     res = get_planner("dp").solve(inst, time_limit=10)  # the anytime start's plan, the refusal said

@@ -26,7 +26,7 @@ from milp_planner.cost.floors import lower_floor
 from formulations.diagnosis import explain_infeasible
 from formulations.minmax import MINMAX
 from formulations.drivers import solve_cpsat, solve_dp, solve_highs
-from formulations.rounds import RoundSettings, explore
+from formulations.rounds import CoarseOnly, RoundSettings, explore
 from formulations.stagegraph import StageGraph, stage_options
 from formulations.warmstart import WarmStart, dp_warm_start
 
@@ -70,6 +70,9 @@ ROUND_OPTIONS = (
            ge=1, le=10**9),
     Option("lagrange_rounds", int, 12, "Lagrangian price rounds", ge=0, le=10**6),
     Option("symmetry", bool, True, "plans equal up to exchanging interchangeable devices are one plan"),
+    Option("relaxation", str, "auto", "layout relaxation that bounds the rounds: full, coarse (bound only, "
+           "formulations.coarse) or auto (full within half the time left, else coarse)",
+           choices=("auto", "full", "coarse")),
 )
 #: the options of the anytime start and the memory budget (dp, milp, cpsat)
 ANYTIME_OPTIONS = (
@@ -121,6 +124,8 @@ class ExactPlanner(Planner):
             res.space = space_dict(instance)
         if isinstance(err, MemoryStop):
             res.info["stopped_by"] = "memory budget"
+        if isinstance(err, CoarseOnly):
+            res.info["relaxation"] = "coarse"
         res.bound = err.lower if err.lower is None or res.value is None else min(err.lower, res.value)
         return res
 
@@ -129,6 +134,8 @@ class ExactPlanner(Planner):
 
         - ``certified``: the rounds certified the plan optimal (bound = objective);
         - ``rounds``: the rounds' proven bound (layout relaxation and bounded enumeration);
+        - ``coarse``: the coarse relaxation's bound (``formulations.coarse``), the full one having
+          refused or run out of its share of the time;
         - ``fluid`` / ``compute-only`` / ``weights``: a floor of ``milp_planner.cost.floors``, valid
           for every plan, when it beats what the rounds proved;
         - ``enumeration``: bruteforce saw every plan; ``none``: no bound (proven infeasible, or
@@ -150,7 +157,7 @@ class ExactPlanner(Planner):
             return
         floor = lower_floor(instance, res.objective)
         if res.bound is not None and res.bound >= floor.value:
-            bound, source = res.bound, "rounds"
+            bound, source = res.bound, "coarse" if info.get("relaxation") == "coarse" else "rounds"
         else:
             bound, source = floor.value, floor.source
         if res.value is not None and res.metrics is not None and res.metrics.feasible:
@@ -178,6 +185,7 @@ class ExactPlanner(Planner):
             round_budget=int(self.options.get("round_budget", 60_000)),  # arcs one round may enumerate
             growth=float(self.options.get("growth", 0.002)),
             symmetry=bool(self.options.get("symmetry", True)),
+            relaxation=str(self.options.get("relaxation", "auto")),
         )
         return explore(instance, ctx, solve_graph or self.solve_graph, self.warm_start, settings, incumbent)
 
@@ -202,6 +210,8 @@ class ExactPlanner(Planner):
                 info = {"anytime": start.info(), "plan_from": f"anytime start ({start.start.baseline})"}
                 if isinstance(err, MemoryStop):
                     info["stopped_by"] = "memory budget"
+                if isinstance(err, CoarseOnly):
+                    info["relaxation"] = "coarse"
                 status = "timeout" if isinstance(err, SpaceTimeout) else "feasible"
                 return PlanResult(self.name, status, ctx.objective, plan=start.start.plan, bound=err.lower,
                                   info=info, message=f"{err}; returning the anytime start "
@@ -236,6 +246,8 @@ class ExactPlanner(Planner):
             info["anytime"] = start.info()
         if ex.memory_out:
             info["stopped_by"] = "memory budget"
+        if ex.lower_source:
+            info["relaxation"] = ex.lower_source
         if ex.found is not None:
             info.update(ex.found.info)
         if ex.infeasible:

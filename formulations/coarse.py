@@ -1,0 +1,243 @@
+"""A coarser layout relaxation, still a proof, for the spaces the full one cannot bound.
+
+The full relaxation (``formulations.relaxation``) keeps, at a stage boundary, the layout of
+every live tensor and lists one device order per sequence of device types. Wide DAGs (Inception
+branches, DenseNet's concatenated features) make its classes explode, and many distinct
+devices its device orders (8 distinct devices and 4 parts: 1,680 orders per part layout). The
+coarse relaxation (``coarse_bounds``) simplifies both; each simplification can only lower a
+stage's floor, so ``to_go[0].min()`` stays a lower bound on every plan of the space:
+
+- *The newest tensor only.* A class holds the layout of the output of the last layer before
+  the boundary (the tensor the next stage reads on the main path); every other live tensor
+  (skips, branches, concatenated features) is read free, wherever it is needed. Its regions
+  are widened to a grid of ``grid`` cells per axis (fewer layouts): a part then receives at
+  least what it needs minus the most one widened region holds of it (the true regions cover
+  what it needs), message latency left out. A boundary
+  with more than ``max_classes`` classes, or a stage whose receive table would be too large,
+  reads free from every class. Dropping a transfer only lowers a stage's time, energy and
+  load; compute, weights and the graph's inputs are priced as in the full relaxation.
+- *Merged device types.* When the stage options (part layouts x orders of device types) exceed
+  ``max_options``, devices are merged into fewer types (contiguous runs of the devices sorted
+  by their time for the whole model) until they fit. A part on a merged type is priced at the
+  least of its members: least compute time of that part, least compute and receive power, the
+  fastest incoming link and the smallest message latency into any member. A plan's stage (part
+  layout, distinct devices) maps to the merged type order of its devices, which uses each type
+  at most as often as it has devices and whose floor is no larger. Part layouts (cut vectors)
+  do not depend on the devices chosen (``milp_planner.space.cuts``), so every option of the
+  space is priced by some merged option. For latency a stage also lasts at least the k-th
+  smallest, over the devices, of the least compute of any of its k parts there (the k parts
+  sit on k distinct devices), which merging would otherwise forget.
+
+The coarse bounds only bound (``bound_source`` ``coarse``); they do not drive the bounded
+enumeration, whose pruning needs the exact states' classes.
+
+>>> from formulations.coarse import coarse_bounds                    # doctest: +SKIP
+>>> coarse_bounds(instance, "latency").to_go[0].min()                 # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from milp_planner.cost.evaluator import Pricer, pricer
+from milp_planner.instance import Instance
+from milp_planner.space.cuts import whole_model_time
+
+from formulations.options import SpaceTooLarge, StageGroup, _layouts
+from formulations.relaxation import (Coarsening, LayoutBounds, _check, _incoming_links, _layout_bounds,
+                                     _source_links)
+from formulations.symmetry import DeviceTypes, device_types, order_count, type_orders
+
+#: most stage options (part layouts x orders of merged types) per layer range
+COARSE_OPTIONS = 20_000
+#: most classes at a boundary before its reads are free
+COARSE_CLASSES = 2048
+#: cells per axis of the grid the newest tensor's regions are widened to
+COARSE_GRID = 4
+
+_MEMO: list = []  # [(key, the objects the key names by id, LayoutBounds)], most recent last
+
+
+def coarse_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
+                  max_options: int = COARSE_OPTIONS, max_classes: int = COARSE_CLASSES,
+                  deadline: float | None = None, symmetry: bool = True,
+                  grid: int | None = COARSE_GRID) -> LayoutBounds:
+    """The coarse relaxation's cost-to-go bounds for ``objective`` (see the module): a
+    ``LayoutBounds`` whose ``to_go[0].min()`` is a lower bound on every plan of the space.
+
+    Raises ``TimeoutError`` past ``deadline`` (a ``time.perf_counter()`` value) and
+    ``SpaceTooLarge`` when one merged type per device count still exceeds ``max_options``."""
+    devs = instance.devices
+    key = (objective, max_options, max_classes, grid, symmetry, id(instance.graph), id(instance.network),
+           instance.search, instance.dtype_bytes, tuple((d.name, id(d.compute), id(d.power), d.node) for d in devs))
+    for i, (k, _, lb) in enumerate(_MEMO):
+        if k == key:
+            _MEMO.append(_MEMO.pop(i))
+            return lb
+    pr = pr or pricer(instance)
+    layouts = _StageLayouts(instance, deadline)
+    types = merged_types(instance, layouts, max_options, symmetry)
+    base = device_types(instance, symmetry)
+    if types.orbits == base.orbits:
+        coarsening = Coarsening(main_only=True, max_classes=max_classes, types=types, grid=grid)
+    else:
+        groups = _MergedGroups(instance, pr, layouts, types, deadline)
+        coarsening = Coarsening(main_only=True, max_classes=max_classes, types=types, grid=grid,
+                                groups=groups, links=_merged_links(instance, types), time_floor=groups.time_floor)
+    lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, coarse=coarsening)
+    _MEMO.append((key, (instance.graph, instance.network, tuple((d.compute, d.power) for d in devs)), lb))
+    del _MEMO[:-2]
+    return lb
+
+
+def coarse_lower(instance: Instance, objective: str, deadline: float | None = None,
+                 symmetry: bool = True) -> float:
+    """The coarse relaxation's lower bound on every plan of the space."""
+    return float(coarse_bounds(instance, objective, deadline=deadline, symmetry=symmetry).to_go[0].min())
+
+
+class _StageLayouts:
+    """The part layouts (axis, ranges) of every stage, listed once."""
+
+    def __init__(self, instance: Instance, deadline: float | None):
+        self.instance = instance
+        self.deadline = deadline
+        self._memo: dict = {}
+
+    def __call__(self, b: int, e: int) -> list:
+        hit = self._memo.get((b, e))
+        if hit is None:
+            _check(self.deadline)
+            hit = self._memo[(b, e)] = list(_layouts(self.instance, b, e, self.deadline))
+        return hit
+
+    def part_counts(self) -> list[dict[int, int]]:
+        """Per stage: how many of its layouts have k parts, for each k."""
+        inst = self.instance
+        n = len(inst.graph.layers)
+        fl = max(1, inst.search.fusion_limit)
+        per_stage: list[dict[int, int]] = []
+        for b in range(n):
+            for e in range(b, min(n, b + fl)):
+                counts: dict[int, int] = {}
+                for _, ranges in self(b, e):
+                    counts[len(ranges)] = counts.get(len(ranges), 0) + 1
+                per_stage.append(counts)
+        return per_stage
+
+
+def _options(types: DeviceTypes, per_stage: list[dict[int, int]]) -> int:
+    per_k: dict[int, int] = {}
+    return max((sum(c * per_k.setdefault(k, order_count(types, k)) for k, c in counts.items())
+                for counts in per_stage), default=0)
+
+
+def _types_of(orbits: list[tuple[int, ...]], n_dev: int) -> DeviceTypes:
+    orbits = tuple(tuple(sorted(o)) for o in sorted(orbits, key=min))
+    orbit = [0] * n_dev
+    where = [(0, 0, 0)] * n_dev
+    for i, members in enumerate(orbits):
+        for j, d in enumerate(members):
+            orbit[d] = i
+            where[d] = (i, j, 0)
+    units = tuple(tuple((d,) for d in members) for members in orbits)
+    return DeviceTypes(units, tuple(where), tuple(orbit), orbits)
+
+
+def merged_types(instance: Instance, layouts: _StageLayouts, max_options: int, symmetry: bool = True) -> DeviceTypes:
+    """The device types of the instance when its stage options fit ``max_options``; else the
+    most types (contiguous runs of the devices sorted by their whole-model time, of sizes as
+    equal as can be) whose options fit. Raises ``SpaceTooLarge`` when even one type does not."""
+    base = device_types(instance, symmetry)
+    per_stage = layouts.part_counts()
+    if _options(base, per_stage) <= max_options:
+        return base
+    n_dev = len(instance.devices)
+    order = sorted(range(n_dev), key=lambda d: (float(whole_model_time(instance, d, exact=False)), d))
+    for t in range(min(len(base.orbits), n_dev) - 1, 0, -1):
+        bounds = [round(i * n_dev / t) for i in range(t + 1)]
+        types = _types_of([tuple(order[bounds[i]:bounds[i + 1]]) for i in range(t)], n_dev)
+        if _options(types, per_stage) <= max_options:
+            return types
+    raise SpaceTooLarge(f"{instance.name}: the coarse relaxation has more than {max_options:,} options in one "
+                        "stage even with every device merged; reduce search.splits or max_parts")
+
+
+def _merged_links(instance: Instance, types: DeviceTypes) -> tuple:
+    """(compute W, receive W, s/byte and s/message in, from the source) per device, each its
+    type's least."""
+    pc = np.array([float(d.power.compute_w) for d in instance.devices])
+    rx = np.array([float(d.power.rx_w) for d in instance.devices])
+    inv_bw, lat = _incoming_links(instance)
+    src_inv_bw, src_lat = _source_links(instance)
+    out = []
+    for arr in (pc, rx, inv_bw, lat, src_inv_bw, src_lat):
+        low = arr.copy()
+        for members in types.orbits:
+            low[list(members)] = arr[list(members)].min()
+        out.append(low)
+    return tuple(out)
+
+
+class _MergedGroups:
+    """``stage_groups`` for merged device types: one device order per sequence of types, each
+    part at the least compute time of its type's devices."""
+
+    def __init__(self, instance: Instance, pr: Pricer, layouts: _StageLayouts, types: DeviceTypes,
+                 deadline: float | None):
+        self.instance, self.pr, self.layouts, self.types, self.deadline = instance, pr, layouts, types, deadline
+        self.orders: dict[int, tuple] = {}
+        self._floors: dict[int, float] = {}  # id(group) -> its stage-time floor (the group is kept alive below)
+        self._alive: list = []
+        self._layer: dict = {}  # (layer, fraction, axis) -> its time on every device
+
+    def _compute(self, part) -> np.ndarray:
+        """``pr.compute_time(d, part)`` of every device d, the same sums in the same order."""
+        total = np.zeros(len(self.instance.devices))
+        for lid, f in part.fraction.items():
+            key = (lid, f, part.axis)
+            per = self._layer.get(key)
+            if per is None:
+                per = self._layer[key] = np.array([self.pr.layer_time(d, lid, f, part.axis)
+                                                   for d in range(len(total))])
+            total = total + per
+        return total
+
+    def time_floor(self, group: StageGroup) -> float:
+        """A floor of the longest part's compute of ``group`` on any k distinct devices: the
+        k-th smallest, over the devices, of the least compute of any of its parts there."""
+        return self._floors[id(group)]
+
+    def __call__(self, b: int, e: int) -> list[StageGroup]:
+        pr, n_dev = self.pr, len(self.instance.devices)
+        out = []
+        parts: dict = {}  # (axis, range) -> (geometry, least compute per device, weights, computed, compute)
+        for axis, ranges in self.layouts(b, e):
+            _check(self.deadline)
+            k = len(ranges)
+            if k not in self.orders:
+                perms = list(type_orders(self.types, k))
+                self.orders[k] = (perms, np.array(perms, dtype=np.int64).reshape(len(perms), k))
+            perms, idx = self.orders[k]
+            cols = []
+            for r in ranges:  # a part's geometry depends on its own range only
+                hit = parts.get((axis, r))
+                if hit is None:
+                    geo = pr.geometry.parts(b, e, axis, [r])[0]
+                    per_dev = self._compute(geo)
+                    low = per_dev.copy()
+                    for members in self.types.orbits:
+                        low[list(members)] = per_dev[list(members)].min()
+                    hit = parts[(axis, r)] = (geo, low, sum(pr.weight_bytes(geo, axis).values()),
+                                              pr.computed_bytes(geo), per_dev)
+                cols.append(hit)
+            low = np.stack([c[1] for c in cols], axis=1)  # (devices, parts)
+            comp = low[idx, np.arange(k)[None, :]]
+            grp = StageGroup(b, e, axis, ranges, [c[0] for c in cols], perms, comp,
+                             tuple(c[2] for c in cols), tuple(c[3] for c in cols))
+            # the k parts sit on k distinct devices: one of them is no faster than the k-th
+            least = np.sort(np.min(np.stack([c[4] for c in cols], axis=1), axis=1))
+            self._floors[id(grp)] = float(least[k - 1]) * (1 - 1e-12)
+            self._alive.append(grp)
+            out.append(grp)
+        return out
