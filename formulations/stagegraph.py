@@ -277,8 +277,9 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
                 near = nears.get(e)
                 if near is None or need > near.thr:
                     if ci == -1:
-                        ci = bounds.classes[b].get(bounds.state_class(owners)) if bounded else None
-                    if ci is not None:
+                        key = bounds.state_class(owners)
+                        ci = None if key is None else bounds.classes[b].get(key)
+                    if ci is not None and bounded:
                         # the relaxation's least floor plus bound after over the whole stage: when
                         # it exceeds ``need`` by 1 % of the bound no option of the stage fits, nor
                         # moves ``outside`` (just above ``slack`` as a rule), and pricing them is moot
@@ -290,7 +291,8 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
                         ctx = expander.context(used, owners)
                     # the options a bound up to 1 % larger would look at, sorted (for later rounds)
                     thr = need + 0.01 * slack if bounded else math.inf
-                    near = _near_options(exact, expander, bounds, tab, b, e, owners, ctx, thr, check)
+                    near = _near_options(exact, expander, _after(bounds, tab, e, ci), tab, owners, ctx, thr,
+                                         check)
                     if bounded:
                         nears[e] = near
                 k = int(np.searchsorted(near.vals, need, side="right"))
@@ -388,7 +390,7 @@ def _priced(pr: Pricer, tab: StageTable, oi: int, devs: tuple, owners: dict, hit
     if hit[2] is None:
         grp = tab.groups[tab.group[oi]]
         opt = StageOption(grp.first, grp.last, grp.axis, grp.ranges, devs)
-        hit[2], _ = _arc(pr, opt, grp.geos, grp.comp[tab.perm[oi]].tolist(), grp.weights, grp.computed, owners)
+        hit[2] = _arc(pr, opt, grp.geos, grp.comp[tab.perm[oi]].tolist(), grp.weights, grp.computed, owners)
     return hit[2]
 
 
@@ -456,15 +458,23 @@ class _Near(NamedTuple):
     beyond: float  # a lower bound on ``vals`` of every option left out
 
 
-def _near_options(exact: "_ExactFloors", expander: Expander, bounds: LayoutBounds, tab: StageTable,
-                  b: int, e: int, owners: dict, ctx: tuple, thr: float, check=None) -> _Near:
-    """The device orders of stage b..e that the node allows (``expander``, context ``ctx``)
-    with floor plus bound after at most ``thr``. Type-level orders are filtered first with a
+def _after(bounds: LayoutBounds, tab: StageTable, e: int, ci: int | None) -> np.ndarray:
+    """``bounds.after`` for a state of class ``ci`` (None: a class the relaxation did not
+    reach, bounded by 0)."""
+    if ci is None:
+        bounds.misses += 1
+        return np.zeros(len(tab.head))
+    return bounds.to_go[e + 1][tab.merged[tab.head, tab.carry_of[ci]]]
+
+
+def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray, tab: StageTable,
+                  owners: dict, ctx: tuple, thr: float, check=None) -> _Near:
+    """The device orders of the stage ``tab`` that the node allows (``expander``, context
+    ``ctx``) with floor plus bound after (``after_t``, per option) at most ``thr``. Type-level orders are filtered first with a
     floor that lets each part take the cheapest device of its orbit; only those left are
     expanded into real device orders and priced exactly (vectorised). ``check()``, if given,
     is called every few dozen expansions (it raises at the deadline)."""
     devices, comp, mask, _ = tab.flat()
-    after_t = bounds.after(b, e, owners)
     recv, energy = exact.received(tab, owners)
     if expander.types.trivial:  # no expansion: the table is the space
         f = exact.option_floors(tab, recv, energy, tab.group, devices, devices, comp, mask) * (1 - 1e-9)
@@ -599,15 +609,12 @@ class _ExactFloors:
         return (comp + r).sum(axis=1) / self.n_dev
 
 
-def _arc(pr: Pricer, opt: StageOption, geos, comp, weights, computed, owners):
+def _arc(pr: Pricer, opt: StageOption, geos, comp, weights, computed, owners) -> Arc:
     """Price one option from one state (``price_stage``, with the group's precomputed compute
-    seconds, weight and computed bytes per part); return the arc (tail/head unset) and the next
-    state in its canonical form (tensors by name, owners by region then device)."""
+    seconds, weight and computed bytes per part); the arc's tail and head are unset."""
     sp = price_stage(pr, owners, opt.last, opt.devices, geos, comp, weights, computed)
-    state = _state_key(sp.owners)
-    arc = Arc(-1, -1, opt, sp.tau, sp.energy, tuple(sp.load), sp.transfer_s, tuple(sp.weights),
-              tuple(sp.working))
-    return arc, state
+    return Arc(-1, -1, opt, sp.tau, sp.energy, tuple(sp.load), sp.transfer_s, tuple(sp.weights),
+               tuple(sp.working))
 
 
 def _owner_key(owner):

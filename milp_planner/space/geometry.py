@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from math import prod
 
 from milp_planner.model.graph import EMPTY, Interval, LayerGraph, hull, input_rows, length, overlap
@@ -22,8 +23,8 @@ class Region:
     rows: Interval
     chans: Interval
 
-    @property
-    def cells(self) -> int:
+    @cached_property
+    def cells(self) -> int:  # remembered: the stage pricing asks for it millions of times
         return length(self.rows) * length(self.chans)
 
     @property
