@@ -33,7 +33,8 @@ CASES = ([(f"instances/autodice/{m}-xaviernx-4.yaml", ["energy", "period", "memo
          + [(str(p.relative_to(ROOT)), ["latency", "energy"]) for p in sorted((ROOT / "instances/diapason").glob("*.yaml"))])
 
 
-def run_case(path: str, objectives: list[str], time_limit: float, nsga_limit: float) -> dict:
+def run_case(path: str, objectives: list[str], time_limit: float, nsga_limit: float,
+             options: dict | None = None) -> dict:
     from formulations.pareto import hypervolume
     from milp_planner.cost.evaluator import evaluate
     from milp_planner.instance import load_instance
@@ -43,7 +44,7 @@ def run_case(path: str, objectives: list[str], time_limit: float, nsga_limit: fl
 
     inst = load_instance(ROOT / path)
     t0 = time.perf_counter()
-    front = pareto_front(inst, objectives, time_limit=time_limit)
+    front = pareto_front(inst, objectives, time_limit=time_limit, planner_options=options)
     row = {"instance": path, "objectives": objectives, "time_s": time.perf_counter() - t0,
            "certified": front.certified, "points": len(front.points), "solves": front.solves,
            "hypervolume": front.hypervolume, "reference": front.reference,
@@ -135,6 +136,8 @@ def main() -> None:
     ap.add_argument("--only", help="substring of the instance paths to run")
     ap.add_argument("--objectives", help="comma-separated objectives instead of each case's own")
     ap.add_argument("--tag", default="", help="suffix of the result files (pareto-TAG.json, pareto-TAG-table.md)")
+    ap.add_argument("--option", "-O", action="append", default=[], metavar="KEY=VALUE",
+                    help="option of the ε-steps' planner (milp), e.g. anytime=true (repeatable)")
     ap.add_argument("--rescore", metavar="JSON", help="recompute bound sets and ratios of a results file, no solving")
     args = ap.parse_args()
     if args.rescore:
@@ -145,6 +148,14 @@ def main() -> None:
         path.with_name(path.stem + "-table.md").write_text(table(data["rows"]))
         print(table(data["rows"]))
         return
+    from milp_planner.planners.base import parse_option_text
+
+    options = {}
+    for kv in args.option:
+        if "=" not in kv:
+            ap.error(f"--option {kv!r}: expected KEY=VALUE")
+        k, v = kv.split("=", 1)
+        options[k] = parse_option_text(v)
     rows = []
     for path, objs in CASES:
         if args.only and args.only not in path:
@@ -153,13 +164,13 @@ def main() -> None:
             objs = args.objectives.split(",")
         print(f"{path} {','.join(objs)} ...", file=sys.stderr, flush=True)
         try:
-            row = rescore(run_case(path, objs, args.time_limit, args.nsga_time_limit))
+            row = rescore(run_case(path, objs, args.time_limit, args.nsga_time_limit, options))
         except Exception as e:  # noqa: BLE001 - a failed case is a row, not a crash
             row = {"instance": path, "objectives": objs, "error": f"{type(e).__name__}: {e}"}
         rows.append(row)
         print(table([row]).splitlines()[-1], file=sys.stderr, flush=True)
         RESULTS.mkdir(exist_ok=True)
-        meta = {"time_limit_s": args.time_limit, "nsga_time_limit_s": args.nsga_time_limit,
+        meta = {"time_limit_s": args.time_limit, "options": args.option, "nsga_time_limit_s": args.nsga_time_limit,
                 "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
                 "load_average": os.getloadavg()}
         stem = "pareto" + (f"-{args.tag}" if args.tag else "")
