@@ -41,7 +41,10 @@ from formulations.caps import PathArrays, cap_arrays, undominated
 from formulations.stagegraph import StageGraph
 
 MINMAX = ("period", "memory")
-_PROBES = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)  # thresholds tried, as fractions of the way from the bound to the incumbent
+# thresholds tried, as fractions of the way from the bound to the incumbent (the labels a
+# probe keeps grow steeply near the optimum: the steps narrow there, each proving more)
+_PROBES = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 7 / 8, 1.0)
+_BEAMS = (1, 4)  # label beams per node of the searches for an incumbent
 
 
 class LabelBudget(RuntimeError):
@@ -494,8 +497,19 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
         lo = max(lo, float(lag.bounds[0]))
         prob.set_weights(lag.weights)
     inc_arcs, inc_value = lag.best if lag.best is not None else ([], math.inf)
-    top = min(inc_value, upper)
     labels = probes = 0
+    for width in _BEAMS:  # beam searches for a better incumbent (heuristics: they prove nothing)
+        T = min(inc_value, upper)
+        if lo >= T * (1 - 1e-9):
+            break
+        try:
+            found, kept, _ = _probe(sg, prob, T, max_labels, deadline, beam=width)
+        except LabelBudget:
+            break
+        labels += kept
+        if found is not None and found[1] < inc_value:
+            inc_arcs, inc_value = found
+    top = min(inc_value, upper)
     lo = min(lo, top)
     steps = sorted({lo + (top - lo) * f for f in _PROBES}) if math.isfinite(top) else [top]
     for T in steps:

@@ -145,7 +145,9 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         known = [v for v in (st.best.found.value if st.best else None, incumbent) if v is not None]
         ctx.report(phase=f"round {st.rounds}", within=upper if math.isfinite(upper) else None,
                    incumbent=min(known) if known else None, bound=st.lower, force=True)
-        cap = max_arcs if not math.isfinite(upper) else min(max_arcs, max(budget, 4 * prev_arcs))
+        # period and memory: the label search, not the enumeration, limits a round, and every
+        # round but the last proves only its bound: no round budget (the largest graph only)
+        cap = max_arcs if not math.isfinite(upper) or minmax else min(max_arcs, max(budget, 4 * prev_arcs))
         try:
             sg = build_stage_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
                                    deadline=deadline, objective=obj if bounded else "latency",
@@ -157,7 +159,7 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
                 raise SpaceTimeout(st.lower) from None
             return st.stop(timed_out=True)
         except SpaceTooLarge:
-            if math.isfinite(upper) and cap < max_arcs and upper > done_upper * (1 + 1e-7):
+            if math.isfinite(upper) and (cap < max_arcs or minmax) and upper > done_upper * (1 + 1e-7):
                 # too many plans within this bound for one round: try halfway back
                 upper = done_upper + (upper - done_upper) / 2
                 growth = max(growth / 4, 1e-4)
@@ -199,7 +201,8 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             if found.stopped or (whole and found.cutoff is None) or not (found.optimal or found.infeasible):
                 # out of time, the whole space solved, or a solver that cannot prove more
                 return Exploration(st.best.graph if st.best else sg, st.best.found if st.best else None, st.lower,
-                                   False, st.rounds, st.build_s, timed_out=found.stopped)
+                                   False, st.rounds, st.build_s,
+                                   timed_out=found.stopped or (deadline is not None and time.perf_counter() > deadline))
         if deadline is not None and time.perf_counter() > deadline:
             if st.best is None:
                 raise SpaceTimeout(st.lower)
