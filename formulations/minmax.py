@@ -13,13 +13,18 @@ shortest path does not give them. They are resource-constrained paths instead:
   (a backward pass per device: the cheapest suffix load, the lightest suffix weights, the smallest
   largest working set), and the mean over the devices (the loads or weights held plus the
   cheapest suffix of their sum; for memory plus the larger of the working sets held and the
-  smallest largest summed working set of a stage still to come);
+  smallest largest summed working set of a stage still to come), and a few **Lagrangian**
+  weightings ``w`` of the devices: the value is at least ``w . (per-device values)``, and what
+  is still to come at least the cheapest suffix of the ``w``-weighted costs (``_lagrange``,
+  ``_Problem.set_weights``);
 - labels are processed in boundary order, so the label search with threshold ``T`` (a **probe**)
   returns the best plan whose value is at most ``T`` (exact: every such plan's prefixes have
   floors at most ``T``, and dominance keeps one no worse), or proves there is none.
 
-The **threshold search** (``minmax_search``) finds an incumbent with a few scalarised shortest
-paths, then probes increasing thresholds between the proven lower bound and the incumbent (a
+The **threshold search** (``minmax_search``) finds an incumbent and a bound with shortest
+paths under those weightings (the Lagrangian dual: at least the fluid bound), improves the
+incumbent with two beam searches (the probe keeping the 1, then 4 labels of least floor per
+node: heuristics, they prove nothing), then probes increasing thresholds between the proven lower bound and the incumbent (a
 small threshold keeps far fewer labels): an empty probe proves its threshold a lower bound, the
 first probe with a plan gives the optimum. A label budget or a deadline stops it with the proven
 interval ``[lower, incumbent]``.
