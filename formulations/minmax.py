@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formulations.caps import PathArrays, cap_arrays, undominated
+from formulations.caps import PathArrays, cap_arrays
 from formulations.stagegraph import StageGraph
 
 MINMAX = ("period", "memory")
@@ -283,7 +283,8 @@ class _Lagrange:
     bounds: np.ndarray
 
 
-def _lagrange(sg: StageGraph, prob: _Problem, iterations: int = 24, keep: int = 6) -> _Lagrange:
+def _lagrange(sg: StageGraph, prob: _Problem, iterations: int = 24, keep: int = 6,
+              deadline: float | None = None) -> _Lagrange:
     """Shortest paths under weightings of the devices (multiplicative weights towards the
     busiest one): good plans, and lower bounds. For weights ``w`` (summing to 1) every plan is
     worth at least ``w . (its per-device values)``, so the cheapest path under the weighted
@@ -326,6 +327,8 @@ def _lagrange(sg: StageGraph, prob: _Problem, iterations: int = 24, keep: int = 
         return _Lagrange(None, np.zeros((n_w, 0)), np.zeros(0))
     consider(found)
     for it in range(iterations):
+        if deadline is not None and time.perf_counter() > deadline:
+            break
         c, tc = prob.lag_costs(w)
         found, bound = path(c, tc)
         if found is None:
@@ -354,7 +357,29 @@ def _lagrange(sg: StageGraph, prob: _Problem, iterations: int = 24, keep: int = 
 _SCREEN = 64  # labels of the least sum that screen the others before the exact dominance test
 
 
-def _undominated(X: np.ndarray) -> np.ndarray:
+def _pareto(X: np.ndarray, deadline: float | None) -> np.ndarray:
+    """``formulations.caps.undominated`` (sorted, each block of 256 rows against the rows kept),
+    checking ``deadline`` per block: one node can receive hundreds of thousands of labels."""
+    order = np.lexsort(tuple(X[:, 1:].T[::-1]) + (X[:, 0],))
+    v = X[order]
+    kept: list[np.ndarray] = []
+    kv = np.empty((0, v.shape[1]))
+    block = 256
+    for lo in range(0, len(v), block):
+        if deadline is not None and lo and time.perf_counter() > deadline:
+            raise LabelBudget("the time limit ran out")
+        x = v[lo:lo + block]
+        out = (kv[None, :, :] <= x[:, None, :]).all(axis=2).any(axis=1) if len(kv) else np.zeros(len(x), bool)
+        inner = (x[None, :, :] <= x[:, None, :]).all(axis=2)
+        inner &= np.tri(len(x), k=-1, dtype=bool)  # only earlier rows (sorted) can dominate
+        out |= inner.any(axis=1)
+        sel = np.flatnonzero(~out)
+        kept.append(order[lo + sel])
+        kv = np.vstack([kv, x[sel]])
+    return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+
+
+def _undominated(X: np.ndarray, deadline: float | None = None) -> np.ndarray:
     """Indices of the rows of ``X`` no other row dominates (nowhere larger; of equal rows the
     first), as ``formulations.caps.undominated`` (which sorts and then compares every row with
     every row kept). Many labels arrive at a node and most are dominated by one of a few good
@@ -372,8 +397,8 @@ def _undominated(X: np.ndarray) -> np.ndarray:
             strict = (P[None, :, :] < x[:, None, :]).any(axis=2) | (screen[None, :] < np.arange(lo, lo + len(x))[:, None])
             dom[lo:lo + len(x)] = (le & strict).any(axis=1)
         rest = np.flatnonzero(~dom)
-        return rest[undominated(X[rest, 0], X[rest, 1:])]
-    return undominated(X[:, 0], X[:, 1:])
+        return rest[_pareto(X[rest], deadline)]
+    return _pareto(X, deadline)
 
 
 def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: float | None,
@@ -423,7 +448,7 @@ def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: 
                 keep = np.argsort(fl, kind="stable")[:8 * beam]
                 S, M, par, arc = S[keep], M[keep], par[keep], arc[keep]
             if len(S) > 1:
-                keep = _undominated(np.hstack([S, M]))
+                keep = _undominated(np.hstack([S, M]), deadline)
                 S, M, par, arc = S[keep], M[keep], par[keep], arc[keep]
             if beam is not None and len(S) > beam:
                 fl, _ = prob.floor(S, M, np.full(len(S), v))
@@ -450,6 +475,8 @@ def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: 
             hb = bnd[heads]
             step = max(1, 400_000 // (len(A) * max(1, nA + nM)))  # labels per block: bounded temporaries
             for lo in range(0, len(S), step):
+                if lo and deadline is not None and time.perf_counter() > deadline:
+                    raise LabelBudget("the time limit ran out")
                 Sb, Mb, gb = S[lo:lo + step], M[lo:lo + step], gid[lo:lo + step]
                 fl, ok = prob.floor_grid(Sb, Mb, A, heads)
                 li, ai = np.nonzero(ok & (fl <= slack))
@@ -497,7 +524,7 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
     lo = max(lower, graph_floor(prob, sg.source))
     if not math.isfinite(lo):  # no path avoids the arcs that alone overflow a cap
         return MinMaxResult([], math.inf, upper, False, none_within=True)
-    lag = _lagrange(sg, prob)
+    lag = _lagrange(sg, prob, deadline=deadline)
     if len(lag.bounds):
         lo = max(lo, float(lag.bounds[0]))
         prob.set_weights(lag.weights)

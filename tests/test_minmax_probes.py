@@ -10,7 +10,7 @@ import pytest
 from test_minmax import CASES, _brute
 
 from formulations import minmax as mm
-from formulations.caps import PathArrays
+from formulations.caps import PathArrays, undominated
 from formulations.stagegraph import build_stage_graph
 
 MAX_PATHS = 4000  # the first paths in depth-first order (every path of the smaller graphs)
@@ -106,6 +106,9 @@ def test_screened_dominance_equals_the_plain_test():
             le[i] = False
             assert not le.any()
         assert len({tuple(r) for r in kept}) == len(kept)
+        plain = undominated(X[:, 0], X[:, 1:])  # the same set of distinct rows as the plain test
+        assert {tuple(r) for r in kept} == {tuple(r) for r in X[plain]}
+        assert {tuple(r) for r in X[mm._pareto(X, None)]} == {tuple(r) for r in kept}
         dropped = np.setdiff1d(np.arange(n), got)
         for j in dropped[:300]:
             assert (kept <= X[j]).all(axis=1).any()
