@@ -13,13 +13,18 @@ shortest path does not give them. They are resource-constrained paths instead:
   (a backward pass per device: the cheapest suffix load, the lightest suffix weights, the smallest
   largest working set), and the mean over the devices (the loads or weights held plus the
   cheapest suffix of their sum; for memory plus the larger of the working sets held and the
-  smallest largest summed working set of a stage still to come);
+  smallest largest summed working set of a stage still to come), and a few **Lagrangian**
+  weightings ``w`` of the devices: the value is at least ``w . (per-device values)``, and what
+  is still to come at least the cheapest suffix of the ``w``-weighted costs (``_lagrange``,
+  ``_Problem.set_weights``);
 - labels are processed in boundary order, so the label search with threshold ``T`` (a **probe**)
   returns the best plan whose value is at most ``T`` (exact: every such plan's prefixes have
   floors at most ``T``, and dominance keeps one no worse), or proves there is none.
 
-The **threshold search** (``minmax_search``) finds an incumbent with a few scalarised shortest
-paths, then probes increasing thresholds between the proven lower bound and the incumbent (a
+The **threshold search** (``minmax_search``) finds an incumbent and a bound with shortest
+paths under those weightings (the Lagrangian dual: at least the fluid bound), improves the
+incumbent with two beam searches (the probe keeping the 1, then 4 labels of least floor per
+node: heuristics, they prove nothing), then probes increasing thresholds between the proven lower bound and the incumbent (a
 small threshold keeps far fewer labels): an empty probe proves its threshold a lower bound, the
 first probe with a plan gives the optimum. A label budget or a deadline stops it with the proven
 interval ``[lower, incumbent]``.
@@ -37,11 +42,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formulations.caps import PathArrays, cap_arrays, undominated
+from formulations.caps import PathArrays, cap_arrays
 from formulations.stagegraph import StageGraph
 
 MINMAX = ("period", "memory")
-_PROBES = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)  # thresholds tried, as fractions of the way from the bound to the incumbent
+# thresholds tried, as fractions of the way from the bound to the incumbent (the labels a
+# probe keeps grow steeply near the optimum: the steps narrow there, each proving more)
+_PROBES = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 7 / 8, 1.0)
+_BEAMS = (1, 4)  # label beams per node of the searches for an incumbent
 
 
 class LabelBudget(RuntimeError):
@@ -144,6 +152,37 @@ class _Problem:
         self.suf_sum = pa.suffix(np.where(use, total, np.inf), self.term_add[term_nodes][:, self.obj_add].sum(axis=1))
         if objective == "memory":
             self.suf_ksum = self._bottleneck(np.where(use, self.mx[:, self.obj_add].sum(axis=1), np.inf))
+        # the Lagrangian floors (``set_weights``): none until the weights are chosen
+        self.lag_cols = self.obj_add + ([self.x_col] if self.shared else [])
+        self.lag_w = np.zeros((len(self.lag_cols), 0))
+        self.suf_lag = np.zeros((sg.n_nodes, 0))
+
+    def lag_costs(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Arc and terminal costs of the weighting(s) ``w`` (columns over ``lag_cols``): for the
+        period the weighted loads (and transfers), for memory the weighted weights."""
+        pa = self.pa
+        c = self.add[:, self.lag_cols] @ w
+        tc = self.term_add[pa.term_nodes][:, self.lag_cols] @ w
+        if c.ndim == 1:
+            return np.where(self.usable, c, np.inf), tc
+        return np.where(self.usable[:, None], c, np.inf), tc
+
+    def suffix_many(self, c: np.ndarray, tc: np.ndarray) -> np.ndarray:
+        """Per node and column of ``c``: the cheapest cost to a terminal."""
+        pa = self.pa
+        dist = np.full((pa.n, c.shape[1]), np.inf)
+        dist[pa.term_nodes] = tc
+        for r, tails, starts in pa.backward:
+            vals = c[r] + dist[pa.head[r]]
+            dist[tails] = np.minimum(dist[tails], np.minimum.reduceat(vals, starts, axis=0))
+        return dist
+
+    def set_weights(self, W: np.ndarray) -> None:
+        """Use the weightings ``W`` (one column each, over ``lag_cols``, each summing to at most
+        1) as floors: for weights ``w`` the objective is at least ``w . value``, and what a
+        label still takes on is at least the cheapest suffix of the weighted costs."""
+        self.lag_w = W
+        self.suf_lag = self.suffix_many(*self.lag_costs(W)) if W.shape[1] else np.zeros((self.pa.n, 0))
 
     @staticmethod
     def _can_overflow(w, k, cap) -> bool:
@@ -169,15 +208,60 @@ class _Problem:
             v = np.maximum(v, (S[:, self.obj_add].sum(axis=1) + self.suf_sum[at]) / self.n_dev)
             if self.shared:
                 v = np.maximum(v, E[:, self.x_col])
+            if self.lag_w.shape[1]:
+                lag = S[:, self.lag_cols] @ self.lag_w + self.suf_lag[at]
+                v = np.maximum(v, lag.max(axis=1))
         else:
             v = (E[:, self.obj_add] + Mm[:, self.obj_add]).max(axis=1)
             held = S[:, self.obj_add].sum(axis=1) + self.suf_sum[at]
             v = np.maximum(v, (held + np.maximum(M[:, self.obj_add].sum(axis=1), self.suf_ksum[at])) / self.n_dev)
+            if self.lag_w.shape[1]:
+                lag = (S[:, self.lag_cols] + Mm[:, self.obj_add]) @ self.lag_w + self.suf_lag[at]
+                v = np.maximum(v, lag.max(axis=1))
         ok = np.ones(len(S), dtype=bool)
         if len(self.cap_dev):
             ok &= ((E[:, self.cap_w] + Mm[:, self.cap_m]) <= self.cap).all(axis=1)
         for col, limit in self.limits:
             ok &= E[:, col] <= limit
+        return v, ok
+
+    def floor_grid(self, S: np.ndarray, M: np.ndarray, A: np.ndarray, heads: np.ndarray) -> np.ndarray:
+        """Whether each label of ``S``/``M`` (one node's) crossed with each arc of ``A`` (to
+        ``heads``) has a floor within the threshold and meets the caps: ``floor`` of the
+        extended labels, with the arcs' parts summed once per arc instead of per label.
+        Returns (floor, meets the caps), each of shape (labels, arcs)."""
+        addA = self.add[A]
+        G = addA + self.suf_add[heads]  # per arc: its part plus the least after its head
+        E = S[:, None, :] + G[None, :, :]
+        nM = M.shape[1]
+        if nM:
+            H = np.maximum(self.mx[A], self.suf_mx[heads])
+            Mm = np.maximum(M[:, None, :], H[None, :, :])
+        obj = self.obj_add
+        held = S[:, obj].sum(axis=1)[:, None] + (addA[:, obj].sum(axis=1) + self.suf_sum[heads])[None, :]
+        if self.objective == "period":
+            v = E[:, :, obj].max(axis=2)
+            v = np.maximum(v, held / self.n_dev)
+            if self.shared:
+                v = np.maximum(v, E[:, :, self.x_col])
+            if self.lag_w.shape[1]:
+                lag = (S[:, self.lag_cols] @ self.lag_w)[:, None, :] + \
+                    (addA[:, self.lag_cols] @ self.lag_w + self.suf_lag[heads])[None, :, :]
+                v = np.maximum(v, lag.max(axis=2))
+        else:
+            v = (E[:, :, obj] + Mm[:, :, obj]).max(axis=2)
+            M2sum = np.maximum(M[:, None, obj], self.mx[A][None, :, obj]).sum(axis=2)
+            v = np.maximum(v, (held + np.maximum(M2sum, self.suf_ksum[heads][None, :])) / self.n_dev)
+            if self.lag_w.shape[1]:
+                lag = (S[:, self.lag_cols] @ self.lag_w)[:, None, :] + \
+                    (addA[:, self.lag_cols] @ self.lag_w + self.suf_lag[heads])[None, :, :] + \
+                    Mm[:, :, obj] @ self.lag_w
+                v = np.maximum(v, lag.max(axis=2))
+        ok = np.ones(v.shape, dtype=bool)
+        if len(self.cap_dev):
+            ok &= ((E[:, :, self.cap_w] + Mm[:, :, self.cap_m]) <= self.cap).all(axis=2)
+        for col, limit in self.limits:
+            ok &= E[:, :, col] <= limit
         return v, ok
 
     def path_floor(self, arcs: list[int], end: int) -> tuple[float, bool]:
@@ -188,110 +272,223 @@ class _Problem:
         return float(v[0]), bool(ok[0])
 
 
-def _heuristic(sg: StageGraph, prob: _Problem, iterations: int = 16) -> tuple[list[int], float] | None:
-    """A good plan that meets the caps: shortest paths under a few weightings of the devices
-    (multiplicative weights towards the busiest one), the best of them."""
+@dataclass
+class _Lagrange:
+    """What the weighted shortest paths gave: the best plan that meets the caps (arcs, value;
+    None: none met), and the weightings (columns over ``_Problem.lag_cols``) with the lower
+    bound each proves."""
+
+    best: tuple[list[int], float] | None
+    weights: np.ndarray
+    bounds: np.ndarray
+
+
+def _lagrange(sg: StageGraph, prob: _Problem, iterations: int = 24, keep: int = 6,
+              deadline: float | None = None) -> _Lagrange:
+    """Shortest paths under weightings of the devices (multiplicative weights towards the
+    busiest one): good plans, and lower bounds. For weights ``w`` (summing to 1) every plan is
+    worth at least ``w . (its per-device values)``, so the cheapest path under the weighted
+    costs bounds the optimum (the Lagrangian dual of the min-max; at the speeds' proportions it
+    is at least the fluid bound). ``keep``: how many of the best weightings to return."""
     pa = prob.pa
-    n_dev, obj_cols = prob.n_dev, prob.obj_add
-    base = prob.add[:, obj_cols] + (prob.mx if prob.objective == "memory" else 0.0)
-    tbase = prob.term_add[pa.term_nodes][:, obj_cols]
-    extra = [np.array([a.tau for a in sg.arcs], dtype=float)]
-    textra = [np.array([sg.terminals[int(t)].gather_s for t in pa.term_nodes], dtype=float)]
-    w = np.full(n_dev, 1.0 / n_dev)
-    best = None
-    for it in range(iterations + 1):
-        if it == 0:  # the fastest plan first
-            c, tc = extra[0], textra[0]
-        else:
-            c, tc = base @ w, tbase @ w
-            if prob.shared:
-                c = c + prob.add[:, prob.x_col] * w.max()
-                tc = tc + prob.term_add[pa.term_nodes, prob.x_col] * w.max()
-        c = np.where(prob.usable, c, np.inf)
+    n_w = len(prob.lag_cols)
+    tau = np.where(prob.usable, np.array([a.tau for a in sg.arcs], dtype=float), np.inf)
+    ttau = np.array([sg.terminals[int(t)].gather_s for t in pa.term_nodes], dtype=float)
+    memory = prob.objective == "memory"
+    # the working sets are maxima along the path: a floor for them (per device) from the source
+    k_floor = prob.suf_mx[pa.source, prob.obj_add] if memory else None
+    w = np.full(n_w, 1.0 / n_w)
+    best, ws, bounds = None, [], []
+
+    def path(c, tc):
         dist = pa.prefix(c)
         ends = dist[pa.term_nodes] + tc
         t = int(np.argmin(ends))
         if not math.isfinite(ends[t]):
-            return best
+            return None, math.inf
         end = int(pa.term_nodes[t])
-        arcs = pa.path_to(dist, c, end)
+        return (pa.path_to(dist, c, end), end), float(ends[t])
+
+    def per_device(arcs, end):
+        per = prob.add[arcs][:, prob.lag_cols].sum(axis=0) + prob.term_add[end, prob.lag_cols]
+        if memory:
+            per = per + prob.mx[arcs].max(axis=0)[prob.obj_add] if len(arcs) else per
+        return per
+
+    def consider(found):
+        nonlocal best
+        arcs, end = found
         value, ok = prob.path_floor(arcs, end)
         if ok and (best is None or value < best[1]):
             best = (arcs, value)
-        # per-device values of this path: move weight towards the largest
-        per = prob.add[arcs][:, obj_cols].sum(axis=0) + prob.term_add[end, obj_cols]
-        if prob.objective == "memory":
-            per = per + prob.mx[arcs].max(axis=0)
+
+    found, _ = path(tau, ttau)  # the fastest plan first
+    if found is None:
+        return _Lagrange(None, np.zeros((n_w, 0)), np.zeros(0))
+    consider(found)
+    for it in range(iterations):
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        c, tc = prob.lag_costs(w)
+        found, bound = path(c, tc)
+        if found is None:
+            break
+        if memory:
+            bound += float(w @ k_floor)
+            consider(found)
+            inc, _ = path(c + np.where(prob.usable, prob.mx[:, prob.obj_add] @ w, np.inf), tc)
+            if inc is not None:
+                consider(inc)
+        else:
+            consider(found)
+        ws.append(w.copy())
+        bounds.append(bound)
+        per = per_device(*found)
         top = float(per.max())
         if top <= 0:
             break
-        w = w * np.exp(2.0 * per / top)
+        w = w * np.exp(2.0 / math.sqrt(1 + it / 4) * per / top)
         w = w / w.sum()
-    return best
+    order = np.argsort(bounds)[::-1][:keep]
+    W = np.column_stack([ws[i] for i in order]) if len(order) else np.zeros((n_w, 0))
+    return _Lagrange(best, W, np.asarray(bounds, dtype=float)[order])
 
 
-def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: float | None):
+_SCREEN = 64  # labels of the least sum that screen the others before the exact dominance test
+
+
+def _pareto(X: np.ndarray, deadline: float | None) -> np.ndarray:
+    """``formulations.caps.undominated`` (sorted, each block of 256 rows against the rows kept),
+    checking ``deadline`` per block: one node can receive hundreds of thousands of labels."""
+    order = np.lexsort(tuple(X[:, 1:].T[::-1]) + (X[:, 0],))
+    v = X[order]
+    kept: list[np.ndarray] = []
+    kv = np.empty((0, v.shape[1]))
+    block = 256
+    for lo in range(0, len(v), block):
+        if deadline is not None and lo and time.perf_counter() > deadline:
+            raise LabelBudget("the time limit ran out")
+        x = v[lo:lo + block]
+        out = (kv[None, :, :] <= x[:, None, :]).all(axis=2).any(axis=1) if len(kv) else np.zeros(len(x), bool)
+        inner = (x[None, :, :] <= x[:, None, :]).all(axis=2)
+        inner &= np.tri(len(x), k=-1, dtype=bool)  # only earlier rows (sorted) can dominate
+        out |= inner.any(axis=1)
+        sel = np.flatnonzero(~out)
+        kept.append(order[lo + sel])
+        kv = np.vstack([kv, x[sel]])
+    return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+
+
+def _undominated(X: np.ndarray, deadline: float | None = None) -> np.ndarray:
+    """Indices of the rows of ``X`` no other row dominates (nowhere larger; of equal rows the
+    first), as ``formulations.caps.undominated`` (which sorts and then compares every row with
+    every row kept). Many labels arrive at a node and most are dominated by one of a few good
+    ones: a screen of the ``_SCREEN`` rows of the least sum drops those first."""
+    n = len(X)
+    if n > 4 * _SCREEN:
+        screen = np.argsort(X.sum(axis=1), kind="stable")[:_SCREEN]
+        P = X[screen]
+        dom = np.zeros(n, dtype=bool)
+        step = max(1, 2_000_000 // (_SCREEN * X.shape[1]))
+        for lo in range(0, n, step):
+            x = X[lo:lo + step]
+            le = (P[None, :, :] <= x[:, None, :]).all(axis=2)
+            # equal rows: only the one of the smaller index dominates (never a row itself)
+            strict = (P[None, :, :] < x[:, None, :]).any(axis=2) | (screen[None, :] < np.arange(lo, lo + len(x))[:, None])
+            dom[lo:lo + len(x)] = (le & strict).any(axis=1)
+        rest = np.flatnonzero(~dom)
+        return rest[_pareto(X[rest], deadline)]
+    return _pareto(X, deadline)
+
+
+def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: float | None,
+           beam: int | None = None):
     """The best plan worth at most ``T`` that meets the caps: (arcs, value) or None, the labels
-    kept and the support (bool per arc). Raises ``LabelBudget``."""
+    kept and the support (bool per arc). Raises ``LabelBudget``.
+
+    ``beam``: keep at most that many labels per node, those of the least floor (a heuristic:
+    the plan is then only a good one, and None proves nothing).
+
+    The labels wait per boundary (one chunk per extended block, with their heads) and a
+    boundary's nodes take theirs in one sort: no per-head bookkeeping on the hot path.
+    """
     pa = prob.pa
     slack = T * (1 + 1e-9) + 1e-15 if math.isfinite(T) else math.inf
     nA, nM = prob.add.shape[1], prob.mx.shape[1]
     bnd = np.fromiter((b for b, _ in sg.nodes), dtype=np.int64, count=sg.n_nodes)
     out_arcs = [np.array([a for a in arcs if prob.usable[a]], dtype=np.int64) for arcs in sg.out_arcs]
     support = np.zeros(len(sg.arcs), dtype=bool)
-    pending: list[list] = [[] for _ in range(sg.n_nodes)]
-    pending[sg.source].append((np.zeros((1, nA)), np.zeros((1, nM)), np.full(1, -1, np.int64),
-                               np.full(1, -1, np.int64)))
+    n_bnd = int(bnd.max()) + 1
+    waiting: list[list] = [[] for _ in range(n_bnd)]  # per boundary: (S, M, parent, arc, head) chunks
+    waiting[int(bnd[sg.source])].append((np.zeros((1, nA)), np.zeros((1, nM)), np.full(1, -1, np.int64),
+                                         np.full(1, -1, np.int64), np.full(1, sg.source, np.int64)))
     parents, via = [], []
     n_kept, best = 0, None
-    for v in np.argsort(bnd, kind="stable"):
-        chunks = pending[v]
-        pending[v] = []
+    for b in range(n_bnd):
+        chunks = waiting[b]
+        waiting[b] = []
         if not chunks:
             continue
-        S = np.concatenate([c[0] for c in chunks])
-        M = np.concatenate([c[1] for c in chunks])
-        par = np.concatenate([c[2] for c in chunks])
-        arc = np.concatenate([c[3] for c in chunks])
-        if len(S) > 1:
-            keep = undominated(S[:, 0], np.hstack([S[:, 1:], M]))
-            S, M, par, arc = S[keep], M[keep], par[keep], arc[keep]
-        gid = n_kept + np.arange(len(S))
-        parents.append(par)
-        via.append(arc)
-        n_kept += len(S)
-        if n_kept > max_labels:
-            raise LabelBudget(f"more than {max_labels:,} labels")
-        if deadline is not None and time.perf_counter() > deadline:
-            raise LabelBudget("the time limit ran out")
-        if prob.is_term[v]:
-            val, ok = prob.floor(S, M, np.full(len(S), v))
-            val = np.where(ok, val, np.inf)
-            i = int(np.argmin(val))
-            if val[i] <= slack and (best is None or val[i] < best[0]):
-                best = (float(val[i]), int(gid[i]))
-        A = out_arcs[v]
-        if not len(A):
-            continue
-        heads = pa.head[A]
-        step = max(1, 400_000 // (len(A) * max(1, nA + nM)))  # labels per block: bounded temporaries
-        for lo in range(0, len(S), step):
-            Sb, Mb, gb = S[lo:lo + step], M[lo:lo + step], gid[lo:lo + step]
-            S2 = (Sb[:, None, :] + prob.add[A][None, :, :]).reshape(-1, nA)
-            M2 = np.maximum(Mb[:, None, :], prob.mx[A][None, :, :]).reshape(len(S2), nM)
-            hs = np.tile(heads, len(Sb))
-            fl, ok = prob.floor(S2, M2, hs)
-            sel = np.flatnonzero(ok & (fl <= slack))
-            if not len(sel):
+        S_all = np.concatenate([c[0] for c in chunks])
+        M_all = np.concatenate([c[1] for c in chunks])
+        par_all = np.concatenate([c[2] for c in chunks])
+        arc_all = np.concatenate([c[3] for c in chunks])
+        head_all = np.concatenate([c[4] for c in chunks])
+        del chunks
+        order = np.argsort(head_all, kind="stable")
+        S_all, M_all, par_all, arc_all, head_all = (S_all[order], M_all[order], par_all[order], arc_all[order],
+                                                    head_all[order])
+        starts = np.flatnonzero(np.r_[True, head_all[1:] != head_all[:-1]])
+        ends = np.r_[starts[1:], len(head_all)]
+        for lo_, hi_ in zip(starts.tolist(), ends.tolist()):
+            v = int(head_all[lo_])
+            S, M, par, arc = S_all[lo_:hi_], M_all[lo_:hi_], par_all[lo_:hi_], arc_all[lo_:hi_]
+            if beam is not None and len(S) > 8 * beam:  # a heuristic: the best floors first
+                fl, _ = prob.floor(S, M, np.full(len(S), v))
+                keep = np.argsort(fl, kind="stable")[:8 * beam]
+                S, M, par, arc = S[keep], M[keep], par[keep], arc[keep]
+            if len(S) > 1:
+                keep = _undominated(np.hstack([S, M]), deadline)
+                S, M, par, arc = S[keep], M[keep], par[keep], arc[keep]
+            if beam is not None and len(S) > beam:
+                fl, _ = prob.floor(S, M, np.full(len(S), v))
+                keep = np.argsort(fl, kind="stable")[:beam]
+                S, M, par, arc = S[keep], M[keep], par[keep], arc[keep]
+            gid = n_kept + np.arange(len(S))
+            parents.append(par)
+            via.append(arc)
+            n_kept += len(S)
+            if n_kept > max_labels:
+                raise LabelBudget(f"more than {max_labels:,} labels")
+            if deadline is not None and time.perf_counter() > deadline:
+                raise LabelBudget("the time limit ran out")
+            if prob.is_term[v]:
+                val, ok = prob.floor(S, M, np.full(len(S), v))
+                val = np.where(ok, val, np.inf)
+                i = int(np.argmin(val))
+                if val[i] <= slack and (best is None or val[i] < best[0]):
+                    best = (float(val[i]), int(gid[i]))
+            A = out_arcs[v]
+            if not len(A):
                 continue
-            li, ai = np.divmod(sel, len(A))
-            support[A[ai]] = True
-            order = np.argsort(hs[sel], kind="stable")
-            sel, li, ai = sel[order], li[order], ai[order]
-            hsel = hs[sel]
-            cuts = np.flatnonzero(np.diff(hsel)) + 1
-            for part in np.split(np.arange(len(sel)), cuts):
-                pending[int(hsel[part[0]])].append((S2[sel[part]], M2[sel[part]], gb[li[part]], A[ai[part]]))
+            heads = pa.head[A]
+            hb = bnd[heads]
+            step = max(1, 400_000 // (len(A) * max(1, nA + nM)))  # labels per block: bounded temporaries
+            for lo in range(0, len(S), step):
+                if lo and deadline is not None and time.perf_counter() > deadline:
+                    raise LabelBudget("the time limit ran out")
+                Sb, Mb, gb = S[lo:lo + step], M[lo:lo + step], gid[lo:lo + step]
+                fl, ok = prob.floor_grid(Sb, Mb, A, heads)
+                li, ai = np.nonzero(ok & (fl <= slack))
+                if not len(li):
+                    continue
+                support[A[ai]] = True
+                S2 = Sb[li] + prob.add[A[ai]]
+                M2 = np.maximum(Mb[li], prob.mx[A[ai]])
+                hsel, hbs = heads[ai], hb[ai]
+                for hbv in np.unique(hbs).tolist():
+                    m = hbs == hbv
+                    waiting[hbv].append((S2[m], M2[m], gb[li[m]], A[ai[m]], hsel[m]))
     if best is None:
         return None, n_kept, support
     parent, arc_of = np.concatenate(parents), np.concatenate(via)
@@ -327,10 +524,24 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
     lo = max(lower, graph_floor(prob, sg.source))
     if not math.isfinite(lo):  # no path avoids the arcs that alone overflow a cap
         return MinMaxResult([], math.inf, upper, False, none_within=True)
-    inc = _heuristic(sg, prob)
-    inc_arcs, inc_value = inc if inc is not None else ([], math.inf)
-    top = min(inc_value, upper)
+    lag = _lagrange(sg, prob, deadline=deadline)
+    if len(lag.bounds):
+        lo = max(lo, float(lag.bounds[0]))
+        prob.set_weights(lag.weights)
+    inc_arcs, inc_value = lag.best if lag.best is not None else ([], math.inf)
     labels = probes = 0
+    for width in _BEAMS:  # beam searches for a better incumbent (heuristics: they prove nothing)
+        T = min(inc_value, upper)
+        if lo >= T * (1 - 1e-9):
+            break
+        try:
+            found, kept, _ = _probe(sg, prob, T, max_labels, deadline, beam=width)
+        except LabelBudget:
+            break
+        labels += kept
+        if found is not None and found[1] < inc_value:
+            inc_arcs, inc_value = found
+    top = min(inc_value, upper)
     lo = min(lo, top)
     steps = sorted({lo + (top - lo) * f for f in _PROBES}) if math.isfinite(top) else [top]
     for T in steps:

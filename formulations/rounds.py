@@ -162,6 +162,11 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
     upper = min(st.lower * (1 + settings.delta), cap_at) if bounded else math.inf
     budget, max_arcs = settings.round_budget, settings.max_arcs
     growth, prev_arcs = settings.growth, 0
+    # period and memory: the label search, not the enumeration, limits a round, so the round
+    # after the first goes straight to the best plan known, with no arc budget; when that graph
+    # cannot be built within 75 % of the time left (or at all), the rounds crawl up from the
+    # bound as for latency, each proving its bound
+    jump = minmax
     memo: dict = {}  # arcs priced by earlier rounds
     prior = None  # the memory caps' multipliers of the last round that had them
     done_upper = st.lower  # the bound of the last round that finished
@@ -178,20 +183,28 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         # a round may grow the graph 16-fold (at least to FIRST_CAP arcs), up to the round budget:
         # near the optimum a small step can multiply the plans a hundredfold, and a round that
         # overflows costs what it enumerated before it gave up
-        cap = (max_arcs if not math.isfinite(upper) else min(max_arcs, max(budget, 4 * prev_arcs)))
+        cap = max_arcs if not math.isfinite(upper) or jump else min(max_arcs, max(budget, 4 * prev_arcs))
         if not minmax:  # (a min-max round is within the incumbent or a bisection step)
             cap = min(cap, max(FIRST_CAP, 16 * prev_arcs, retry_cap))
+        now = time.perf_counter()
+        build_by = deadline if deadline is None or not jump or st.rounds == 1 else now + 0.75 * (deadline - now)
         try:
             sg = build_stage_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
-                                   deadline=deadline, objective=obj if bounded else "latency",
+                                   deadline=build_by, objective=obj if bounded else "latency",
                                    upper=upper if math.isfinite(upper) else None, drop_overflow=True,
                                    bounds=bounds, memo=memo,
                                    reduction=reduction_for(instance, obj, settings.symmetry))
         except TimeoutError:
+            if jump and deadline is not None and time.perf_counter() < deadline:  # the jump's share of the time: crawl instead
+                jump, upper = False, done_upper * (1 + growth)
+                continue
             if st.best is None:
                 raise SpaceTimeout(st.lower) from None
             return st.stop(timed_out=True)
         except SpaceTooLarge:
+            if jump:
+                jump, upper = False, done_upper * (1 + growth)
+                continue
             if math.isfinite(upper) and cap < min(max_arcs, max(budget, 4 * prev_arcs)) and \
                     upper <= done_upper * (1 + TINY_STEP):
                 # many plans tie within a tiny step (interchangeable devices): a larger round
@@ -239,7 +252,8 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             if found.stopped or (whole and found.cutoff is None) or not (found.optimal or found.infeasible):
                 # out of time, the whole space solved, or a solver that cannot prove more
                 return Exploration(st.best.graph if st.best else sg, st.best.found if st.best else None, st.lower,
-                                   False, st.rounds, st.build_s, timed_out=found.stopped)
+                                   False, st.rounds, st.build_s,
+                                   timed_out=found.stopped or (deadline is not None and time.perf_counter() > deadline))
         if deadline is not None and time.perf_counter() > deadline:
             if st.best is None:
                 raise SpaceTimeout(st.lower)
@@ -260,6 +274,8 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
                 if st.best.found.value <= done_upper * (1 + 1e-12):  # this round held it: nothing more to gain
                     return st.stop()
                 upper = st.best.found.value
+            elif jump and incumbent is not None:
+                upper = incumbent
             elif sg.forward_arcs < 200:
                 upper = max(upper, 2 * done_upper)
         elif st.best is not None:
