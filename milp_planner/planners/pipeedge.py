@@ -28,14 +28,16 @@ What differs:
   by the evaluator's.
 - Approximations of the DP (the returned plan is always scored by the evaluator): a tensor
   produced before a range (a skip connection) is priced as coming from the previous range's
-  device; the gather at a sink *device* counts only as itself in the period (not added to the
+  device (``skips=previous``) or over the slowest link into the range's device (``skips=slowest``,
+  the default); the gather at a sink *device* counts only as itself in the period (not added to the
   sink's own load); on a shared medium the period ignores the sum of all transfers.
 - If no pipeline meets the memory caps, the DP is run again without them and its plan is
   returned (the evaluator reports it infeasible). The DP stops at the time limit with the best
   complete pipeline found so far (pipelines of fewer devices are completed first).
 
 Options: ``types`` (group interchangeable devices; off: every device its own type, 2^n
-multisets), ``max_devices`` (the most devices a pipeline uses; default all).
+multisets), ``max_devices`` (the most devices a pipeline uses; default all), ``skips`` (how skip
+tensors are priced in the DP: ``slowest`` or ``previous``).
 """
 
 from __future__ import annotations
