@@ -109,9 +109,10 @@ def test_an_absurd_grid_is_one_line_error(tmp_path):
     t0 = time.perf_counter()
     with pytest.raises(PlannerError, match="reduce search.splits or max_parts") as err:
         # tiny rows: the cut vectors fit, their bounds do not
-        get_planner("dp", anytime=False, relaxation="full").solve(inst, time_limit=10)
+        # 3 CPU s to refuse: a generous limit so that a loaded machine still sees the refusal
+        get_planner("dp", anytime=False, relaxation="full").solve(inst, time_limit=60)
     assert "\n" not in str(err.value)
-    assert time.perf_counter() - t0 < slack(10)
+    assert time.perf_counter() - t0 < slack(60)
     t0 = time.perf_counter()
     # relaxation=auto: the coarse relaxation tries to bound the space (here it runs out of
     # time too); the best single-device plan and a floor, within the limit
@@ -119,9 +120,9 @@ def test_an_absurd_grid_is_one_line_error(tmp_path):
     assert res.plan is not None and res.bound is not None and res.bound <= res.value
     assert time.perf_counter() - t0 < slack(10)
     t0 = time.perf_counter()
-    res = get_planner("dp").solve(inst, time_limit=10)  # the anytime start's plan, the refusal said
+    res = get_planner("dp", relaxation="full").solve(inst, time_limit=60)  # the anytime start's plan, the refusal said
     assert res.plan is not None and res.bound is not None and "reduce search.splits or max_parts" in res.message
-    assert time.perf_counter() - t0 < slack(10)
+    assert time.perf_counter() - t0 < slack(60)
 
 
 def test_a_grid_finer_than_the_rows_is_every_row(tmp_path):
