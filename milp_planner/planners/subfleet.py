@@ -174,8 +174,10 @@ def neighbourhoods(instance: Instance, objective: str, incumbent: Plan | None,
         base = [d for d in order if names[d] in used]
         if len(base) < len(names):
             out.append(_sub(names, base, sp.max_parts, sp.fusion_limit, "the incumbent's devices"))
+        added = set()
         for d in order:
-            if names[d] not in used:
+            if names[d] not in used and _twin_key(instance, base, d) not in added:
+                added.add(_twin_key(instance, base, d))
                 out.append(_sub(names, base + [d], sp.max_parts, sp.fusion_limit,
                                 f"the incumbent's devices and {names[d]}"))
     out += unsettled
@@ -196,6 +198,19 @@ def neighbourhoods(instance: Instance, objective: str, incumbent: Plan | None,
             seen.add(r.key)
             unique.append(r)
     return unique
+
+
+def _twin_key(instance: Instance, base: list[int], d: int) -> tuple:
+    """Devices with equal keys are interchangeable once added to ``base``: the same cost model,
+    memory and power, the same links to and from the devices of ``base`` and the endpoints, and
+    the same machine relation to them (sub-fleets that differ only by which twin they add hold
+    the same plans up to renaming)."""
+    dev, net = instance.devices[d], instance.network
+    ends = tuple((e.bandwidth_Bps[d], e.latency_s[d]) for e in (net.source, net.sink) if e.external)
+    links = tuple((net.bandwidth_Bps[b][d], net.bandwidth_Bps[d][b], net.latency_s[b][d], net.latency_s[d][b])
+                  for b in base)
+    same_node = tuple(bool(dev.node) and instance.devices[b].node == dev.node for b in base)
+    return repr(dev.compute), dev.memory_bytes, repr(dev.power), dev.profile, links, ends, same_node
 
 
 def _sub(names, devices, max_parts, fusion_limit, what) -> Restriction:
