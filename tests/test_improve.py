@@ -3,6 +3,7 @@ docs/exact.md "Anytime"): restricted spaces are subsets of the space, their plan
 by the whole instance's evaluator, never worse than the incumbent, within the time limit."""
 
 import time
+from dataclasses import replace
 
 import pytest
 from builders import chain_graph, device, make_instance
@@ -12,11 +13,11 @@ from milp_planner.errors import PlannerError
 from milp_planner.instance import SearchSpace
 from milp_planner.instance.network import Endpoint
 from milp_planner.instance.restrict import restrict_devices
+from milp_planner.planners import subfleet
 from milp_planner.planners import get_planner
 from milp_planner.planners.base import SolveContext
 from milp_planner.space.plan import Part, Plan, Stage
-from milp_planner.planners.subfleet import (Restriction, fleet_order, ladder, machines, neighbourhoods,
-                                            search_restricted)
+from milp_planner.planners.subfleet import fleet_order, ladder, machines, neighbourhoods, search_restricted
 
 
 def _fleet(n=4, external=False):
@@ -32,7 +33,6 @@ def test_restrict_keeps_the_matrix_rows_and_columns_and_the_endpoints():
     inst = _fleet(4)
     bw = [list(r) for r in inst.network.bandwidth_Bps]
     bw[0][3], bw[3][0], bw[2][3] = 111.0, 222.0, 333.0
-    from dataclasses import replace
     inst = replace(inst, network=replace(inst.network, bandwidth_Bps=tuple(tuple(r) for r in bw)))
     sub = restrict_devices(inst, ["d3", "d0"])
     assert sub.device_names == ["d0", "d3"]
@@ -56,7 +56,6 @@ def test_ladder_starts_from_the_endpoints_and_adds_the_fastest():
 
 
 def test_machines_join_the_ladder_whole():
-    from dataclasses import replace
     inst = _fleet(4)
     nodes = ["a", "b", "a", "b"]
     inst = replace(inst, devices=tuple(replace(d, node=n) for d, n in zip(inst.devices, nodes)))
@@ -82,7 +81,6 @@ def test_neighbourhoods_are_restrictions_of_the_space_and_never_the_whole_space(
 def test_restricted_plans_are_rescored_on_the_whole_instance_and_beat_the_incumbent(objective, monkeypatch):
     inst = _fleet(4)
     scored = []
-    import milp_planner.planners.subfleet as subfleet
 
     def spy(plan, instance):
         scored.append(instance)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from formulations.budget import MemoryBudgetExceeded
-from formulations.certificate import SearchStopped
+from formulations.certificate import MemoryStop, SearchStopped
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
@@ -246,9 +246,9 @@ def search_restricted(planner, instance: Instance, ctx, restrictions, best_value
                                    r.key))
             break
         except (SearchStopped, PlannerError, TimeoutError) as err:
-            rep.tried.append(Tried(r.label, f"no plan: {str(err).splitlines()[0][:160] if str(err) else type(err).__name__}",
-                                   False, time.perf_counter() - started, r.key))
-            if stop_unsettled:
+            why = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+            rep.tried.append(Tried(r.label, f"no plan: {why}", False, time.perf_counter() - started, r.key))
+            if stop_unsettled or isinstance(err, MemoryStop):
                 break
             continue
         proven = ex.lower is not None and best_value is not None and ex.lower >= best_value * (1 - 1e-7)
@@ -270,7 +270,7 @@ def search_restricted(planner, instance: Instance, ctx, restrictions, best_value
                     ctx.report(phase=f"{phase}: {r.label}", incumbent=value, force=True)
         rep.tried.append(Tried(r.label, outcome or ("stopped" if not settled else "settled"), settled,
                                time.perf_counter() - started, r.key))
-        if stop_unsettled and not settled:
+        if ex.memory_out or (stop_unsettled and not settled):  # (the next search would hit the budget too)
             break
     rep.seconds = time.perf_counter() - t0
     return rep
