@@ -13,7 +13,8 @@ whole one, so ``dp``, ``milp`` and ``cpsat`` use them in two places (docs/exact.
   whose search settles within the share.
 - the **improvement loop** (after the full search stopped early: refused, label budget,
   coarse relaxation only, or any other stop with time left): the incumbent's devices (alone,
-  then with one more device each time), the ladder's unsettled rungs, then the sub-fleets and
+  then with one more device each time, one of each class of interchangeable additions), the
+  ladder's unsettled rungs (every rung when the ladder did not run), then the sub-fleets and
   the whole fleet with at most 2 parts per stage and, last, without fusion. Each restricted
   search gets at most half the time left.
 
