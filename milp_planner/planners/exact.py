@@ -190,10 +190,11 @@ class ExactPlanner(Planner):
         return solve_dp(sg, ctx.objective, ws)
 
     def explore(self, instance: Instance, ctx: SolveContext, solve_graph=None,
-                incumbent: float | None = None) -> Exploration:
+                incumbent: float | None = None, relaxation_credit: float = 0.0) -> Exploration:
         """Enumerate and solve the space in rounds until an optimum is certified
         (``formulations.rounds.explore``); ``solve_graph`` defaults to this planner's;
-        ``incumbent`` is the objective of a plan of the space that meets the caps."""
+        ``incumbent`` is the objective of a plan of the space that meets the caps;
+        ``relaxation_credit``: the seconds the sub-fleet ladder took (``RoundSettings``)."""
         settings = RoundSettings(
             bounded=bool(self.options.get("bounded", True)),
             max_arcs=int(self.options.get("max_arcs", 3_000_000)),
@@ -203,6 +204,7 @@ class ExactPlanner(Planner):
             growth=float(self.options.get("growth", 0.002)),
             symmetry=bool(self.options.get("symmetry", True)),
             relaxation=str(self.options.get("relaxation", "auto")),
+            relaxation_credit=relaxation_credit,
         )
         return explore(instance, ctx, solve_graph or self.solve_graph, self.warm_start, settings, incumbent)
 
@@ -221,7 +223,8 @@ class ExactPlanner(Planner):
         with memory_budget(self.memory_budget()):
             ladder = self.subfleet_ladder(instance, ctx, start)
             try:
-                ex = self.explore(instance, ctx, incumbent=start.start.value if start and start.start else None)
+                ex = self.explore(instance, ctx, incumbent=start.start.value if start and start.start else None,
+                                  relaxation_credit=ladder.report.seconds if ladder is not None else 0.0)
             except SearchStopped as err:
                 if start is None or start.start is None:
                     raise
