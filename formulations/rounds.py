@@ -15,7 +15,8 @@ An incumbent (the anytime start's plan, in the space and within the caps) caps t
 same way from the first round, and the rounds end as soon as their proven bound reaches it.
 The memory budget (``formulations.budget``) stops the rounds like the time limit does.
 
-``RoundSettings.relaxation``: ``auto`` gives the full relaxation half the time left; when it
+``RoundSettings.relaxation``: ``auto`` gives the full relaxation half the time left (plus half
+of ``relaxation_credit``, the seconds the sub-fleet ladder took before the rounds); when it
 runs out or refuses, the coarse relaxation (``formulations.coarse``) proves a bound and the
 rounds stop there (no enumeration: its classes cannot prune exact states); ``full`` keeps the
 refusal, ``coarse`` goes straight to the coarse bound.
@@ -61,6 +62,9 @@ class RoundSettings:
     growth: float = 0.002
     symmetry: bool = True  # plans equal up to exchanging interchangeable devices are one plan
     relaxation: str = "auto"  # full | coarse | auto (the full one within half the time left, else coarse)
+    #: seconds spent before the rounds on their behalf (the sub-fleet ladder): under ``auto`` the
+    #: full relaxation gets half of the time left plus this (the half it had without them)
+    relaxation_credit: float = 0.0
 
 
 class RoundContext(Protocol):
@@ -292,12 +296,14 @@ class CoarseOnly(SearchStopped):
 
 
 def _full_bounds(instance, obj, deadline, settings):
-    """The full relaxation; under ``auto`` within half the time left (else the coarse one runs)."""
+    """The full relaxation; under ``auto`` within half the time left, plus half the
+    ``relaxation_credit`` (else the coarse one runs)."""
     if settings.relaxation == "coarse":
         raise SpaceTooLarge("the coarse relaxation was asked for (relaxation=coarse)")
     own = deadline
     if settings.relaxation == "auto" and deadline is not None:
-        own = time.perf_counter() + max(0.0, deadline - time.perf_counter()) / 2
+        left = max(0.0, deadline - time.perf_counter())
+        own = time.perf_counter() + min(left, (left + max(0.0, settings.relaxation_credit)) / 2)
     return layout_bounds(instance, obj, deadline=own, max_options=settings.max_options, symmetry=settings.symmetry)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget, parse_size, size_problem
 from formulations.caps import Fixing
@@ -31,13 +32,27 @@ from formulations.stagegraph import StageGraph, stage_options
 from formulations.warmstart import WarmStart, dp_warm_start
 
 from milp_planner.errors import PlannerError
-from milp_planner.cost.evaluator import evaluate_stages
+from milp_planner.cost.evaluator import evaluate, evaluate_stages
 from milp_planner.instance import Instance
 from milp_planner.planners.anytime_start import Start, StartReport, run_start, start_budget
 from milp_planner.planners.base import OPTIMAL_GAP, Option, Planner, PlanResult, SolveContext, space_dict
+from milp_planner.planners.subfleet import (LADDER_MIN_LIMIT_S, LADDER_SHARE, MIN_TRY_S, NO_LIMIT_IMPROVE_S,
+                                            ImproveReport, Restriction, neighbourhoods, search_restricted)
+from milp_planner.planners.subfleet import ladder as subfleet_ladder
 from milp_planner.space.plan import Plan
 
 FALLBACK_S = 0.5  # seconds the single-device fallback may take once the time limit has run out
+IMPROVE_MARGIN_S = 0.1  # the improvement loop ends this long before the time limit (scoring, report)
+
+
+@dataclass
+class Ladder:
+    """The sub-fleet ladder's report and its rungs that did not settle (the improvement loop
+    tries them again with the time left)."""
+
+    report: ImproveReport
+    unsettled: list[Restriction]
+    settled: frozenset  # the keys (``Restriction.key``) of the rungs that settled
 
 
 def _solver_available(name: str) -> str | None:
@@ -77,6 +92,8 @@ ROUND_OPTIONS = (
 #: the options of the anytime start and the memory budget (dp, milp, cpsat)
 ANYTIME_OPTIONS = (
     Option("anytime", bool, True, "start from the best fast baseline's plan in the space (docs/exact.md)"),
+    Option("improve", bool, True, "spend the time left on exact searches over sub-fleets and smaller spaces "
+           "(planners.subfleet; with anytime)"),
     Option("memory_budget", str, "4GB", "resident memory at which the search stops with its best plan and bound "
            "(bytes, or like 4GB, 512MB)", check=size_problem),
 )
@@ -173,10 +190,11 @@ class ExactPlanner(Planner):
         return solve_dp(sg, ctx.objective, ws)
 
     def explore(self, instance: Instance, ctx: SolveContext, solve_graph=None,
-                incumbent: float | None = None) -> Exploration:
+                incumbent: float | None = None, relaxation_credit: float = 0.0) -> Exploration:
         """Enumerate and solve the space in rounds until an optimum is certified
         (``formulations.rounds.explore``); ``solve_graph`` defaults to this planner's;
-        ``incumbent`` is the objective of a plan of the space that meets the caps."""
+        ``incumbent`` is the objective of a plan of the space that meets the caps;
+        ``relaxation_credit``: the seconds the sub-fleet ladder took (``RoundSettings``)."""
         settings = RoundSettings(
             bounded=bool(self.options.get("bounded", True)),
             max_arcs=int(self.options.get("max_arcs", 3_000_000)),
@@ -186,6 +204,7 @@ class ExactPlanner(Planner):
             growth=float(self.options.get("growth", 0.002)),
             symmetry=bool(self.options.get("symmetry", True)),
             relaxation=str(self.options.get("relaxation", "auto")),
+            relaxation_credit=relaxation_credit,
         )
         return explore(instance, ctx, solve_graph or self.solve_graph, self.warm_start, settings, incumbent)
 
@@ -202,8 +221,10 @@ class ExactPlanner(Planner):
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
         start = self.anytime_start(instance, ctx)
         with memory_budget(self.memory_budget()):
+            ladder = self.subfleet_ladder(instance, ctx, start)
             try:
-                ex = self.explore(instance, ctx, incumbent=start.start.value if start and start.start else None)
+                ex = self.explore(instance, ctx, incumbent=start.start.value if start and start.start else None,
+                                  relaxation_credit=ladder.report.seconds if ladder is not None else 0.0)
             except SearchStopped as err:
                 if start is None or start.start is None:
                     raise
@@ -213,10 +234,78 @@ class ExactPlanner(Planner):
                 if isinstance(err, CoarseOnly):
                     info["relaxation"] = "coarse"
                 status = "timeout" if isinstance(err, SpaceTimeout) else "feasible"
-                return PlanResult(self.name, status, ctx.objective, plan=start.start.plan, bound=err.lower,
-                                  info=info, message=f"{err}; returning the anytime start "
-                                                     f"({start.start.baseline}'s plan) and the bound proven so far")
-            return self._result(instance, ctx, ex, start)
+                res = PlanResult(self.name, status, ctx.objective, plan=start.start.plan, bound=err.lower,
+                                 info=info, message=f"{err}; returning the anytime start "
+                                                    f"({start.start.baseline}'s plan) and the bound proven so far")
+                if not isinstance(err, MemoryStop):
+                    self.improve(instance, ctx, res, ladder, start.start.value)
+                return self._with_ladder(res, ladder)
+            res = self._result(instance, ctx, ex, start)
+            if not (ex.certified or ex.infeasible or ex.memory_out) and res.plan is not None:
+                self.improve(instance, ctx, res, ladder)
+            return self._with_ladder(res, ladder)
+
+    def subfleet_ladder(self, instance: Instance, ctx: SolveContext, start: StartReport | None) -> Ladder | None:
+        """The sub-fleet ladder (``planners.subfleet``) within ``LADDER_SHARE`` of the time limit;
+        its best plan, if better, becomes the anytime start's incumbent. None: not run (no
+        anytime start, option ``improve`` off, no time limit or one under ``LADDER_MIN_LIMIT_S``)."""
+        if start is None or not self.options.get("improve", True) or ctx.time_limit is None \
+                or ctx.time_limit < LADDER_MIN_LIMIT_S:
+            return None
+        rungs = subfleet_ladder(instance, ctx.objective)
+        if not rungs:
+            return None
+        best = start.start.value if start.start else None
+        deadline = time.perf_counter() + LADDER_SHARE * ctx.time_limit
+        rep = search_restricted(self, instance, ctx, rungs, best, deadline, "ladder", per_try=1.0,
+                                stop_unsettled=True)
+        settled = 0
+        for t in rep.tried:
+            if not t.settled:
+                break
+            settled += 1
+        if rep.best is not None:
+            start.start = Start(rep.best.plan, rep.best.value, rep.best.source, False)
+            ctx.report(phase=f"anytime start: {rep.best.source}", incumbent=rep.best.value, force=True)
+        return Ladder(rep, rungs[settled:], frozenset(t.key for t in rep.tried if t.settled))
+
+    def improve(self, instance: Instance, ctx: SolveContext, res: PlanResult, ladder: Ladder | None,
+                value: float | None = None) -> None:
+        """The improvement loop (``planners.subfleet``): after the full search stopped early,
+        the time left goes to exact searches over restricted spaces; a better plan replaces
+        ``res.plan`` (``info["plan_from"]`` says where it came from). The bound and the status
+        rule stay those of the whole space."""
+        if not self.options.get("improve", True) or not self.options.get("anytime", True):
+            return
+        if ctx.time_limit is None:
+            deadline = time.perf_counter() + NO_LIMIT_IMPROVE_S
+        else:
+            deadline = ctx.deadline - IMPROVE_MARGIN_S
+        if deadline - time.perf_counter() < MIN_TRY_S:
+            return
+        if value is None:
+            m = evaluate(res.plan, instance)
+            if not (m.in_space and m.feasible):
+                return
+            value = m.value(ctx.objective)
+        unsettled = ladder.unsettled if ladder is not None else subfleet_ladder(instance, ctx.objective)
+        spaces = neighbourhoods(instance, ctx.objective, res.plan, unsettled,
+                                ladder.settled if ladder is not None else frozenset())
+        rep = search_restricted(self, instance, ctx, spaces, value, deadline, "improve")
+        res.info["improve"] = rep.info()
+        if rep.best is None:
+            return
+        res.plan = rep.best.plan
+        res.info["plan_from"] = f"improvement loop ({rep.best.source})"
+        res._solver_value, res._certified = None, False  # the rounds' plan and value are replaced
+        res.message = (f"{res.message}; " if res.message else "") + \
+            f"the improvement loop found a better plan over {rep.best.source}"
+
+    @staticmethod
+    def _with_ladder(res: PlanResult, ladder: Ladder | None) -> PlanResult:
+        if ladder is not None:
+            res.info["ladder"] = ladder.report.info()
+        return res
 
     def memory_budget(self) -> int:
         """The memory budget in bytes (option ``memory_budget``)."""

@@ -1,0 +1,279 @@
+"""Better plans from restricted spaces: exact searches over sub-fleets and smaller spaces.
+
+Every plan of a sub-fleet (``milp_planner.instance.restrict``) is a plan of the fleet, and
+every plan of a space with fewer parts per stage or shorter fused stages is a plan of the
+instance's space. The exact search certifies these restricted spaces much faster than the
+whole one, so ``dp``, ``milp`` and ``cpsat`` use them in two places (docs/exact.md, "Anytime"):
+
+- the **ladder** (before the full search, within ``LADDER_SHARE`` of the time limit): the
+  sub-fleets of the source/sink devices plus the 1, 2, 3, ... best other devices
+  (``fleet_order``), each solved exactly within what is left of that share, until one does
+  not settle (certify its optimum, or prove it cannot beat the best plan known). Its best
+  plan joins the anytime start, so a fleet never returns a worse plan than a smaller one
+  whose search settles within the share.
+- the **improvement loop** (after the full search stopped early: refused, label budget,
+  coarse relaxation only, or any other stop with time left): the incumbent's devices (alone,
+  then with one more device each time, one of each class of interchangeable additions), the
+  ladder's unsettled rungs (every rung when the ladder did not run), then the sub-fleets and
+  the whole fleet with at most 2 parts per stage and, last, without fusion. Each restricted
+  search gets at most half the time left.
+
+Each search is the planner's own rounds (``ExactPlanner.explore``) with the best value known
+as the incumbent, so it enumerates only plans that beat it. Its plan is scored again by the
+evaluator on the **whole** instance and kept only if it is in the instance's space, meets
+the caps and beats the best plan known: nothing of a restricted search is trusted. The bound
+of the result stays the one proven for the whole space.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+
+from formulations.budget import MemoryBudgetExceeded
+from formulations.certificate import MemoryStop, SearchStopped
+from milp_planner.cost.evaluator import evaluate
+from milp_planner.errors import PlannerError
+from milp_planner.instance import Instance
+from milp_planner.instance.restrict import endpoint_devices, restrict_devices
+from milp_planner.space.cuts import speeds
+from milp_planner.space.plan import Plan
+
+#: of the time limit: the ladder before the full search (the full relaxation gets its time back,
+#: ``RoundSettings.relaxation_credit``: with 25 % it lost the bound of resnet101 on 8 boards)
+LADDER_SHARE = 0.15
+LADDER_MIN_LIMIT_S = 5.0  # no ladder under a shorter time limit (the start and the search need it)
+NO_LIMIT_IMPROVE_S = 30.0  # the improvement loop's seconds without a time limit
+MIN_TRY_S = 0.3  # a restricted search is not started with less time than this
+BETTER = 1e-9  # relative: a plan must beat the best known by this much to replace it
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """A restricted space: the devices kept (names, in the instance's order) and the search
+    space's parts per stage and fusion limit (at most the instance's)."""
+
+    devices: tuple[str, ...]
+    max_parts: int
+    fusion_limit: int
+    label: str
+
+    @property
+    def key(self) -> tuple:
+        """What the restricted space is, whatever its label."""
+        return frozenset(self.devices), self.max_parts, self.fusion_limit
+
+    def instance(self, instance: Instance) -> Instance:
+        """The restricted instance (raises ``PlannerError`` if it drops the source/sink)."""
+        sub = restrict_devices(instance, self.devices) if len(self.devices) < len(instance.devices) else instance
+        sp = instance.search
+        if self.max_parts != sp.max_parts or self.fusion_limit != sp.fusion_limit:
+            sub = replace(sub, search=replace(sp, max_parts=self.max_parts, fusion_limit=self.fusion_limit))
+        return sub
+
+
+@dataclass
+class Found:
+    """A plan of the instance's space from a restricted search, as the evaluator scores it on
+    the whole instance."""
+
+    plan: Plan
+    value: float
+    source: str  # the restriction's label
+
+
+@dataclass
+class Tried:
+    """One restricted search: what it gave and whether it settled (certified its optimum,
+    proved it cannot beat the best known, or proved it infeasible)."""
+
+    label: str
+    outcome: str
+    settled: bool
+    seconds: float
+    key: tuple = ()  # the restriction's key
+
+    def to_dict(self) -> dict:
+        return {"space": self.label, "outcome": self.outcome, "settled": self.settled,
+                "seconds": round(self.seconds, 3)}
+
+
+@dataclass
+class ImproveReport:
+    """The restricted searches of one phase (``ladder`` or ``improve``) and their best plan."""
+
+    phase: str
+    best: Found | None = None
+    tried: list[Tried] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def info(self) -> dict:
+        return {"best": self.best.value if self.best else None, "from": self.best.source if self.best else None,
+                "tried": [t.to_dict() for t in self.tried], "seconds": round(self.seconds, 3)}
+
+
+def fleet_order(instance: Instance, objective: str) -> list[int]:
+    """The devices in the order the ladder adds them: the source/sink devices first, then the
+    others by their time for the whole model alone (energy: its energy), fastest first; ties go
+    to the device with the most bandwidth to those already chosen, then to the lower index."""
+    spd = speeds(instance)
+    chosen = list(endpoint_devices(instance))
+    rest = [d for d in range(len(instance.devices)) if d not in chosen]
+    bw = instance.network.bandwidth_Bps
+
+    def cost(d: int) -> Fraction:
+        if objective == "energy":
+            return Fraction(instance.devices[d].power.compute_w) / spd[d]
+        return 1 / spd[d]
+
+    while rest:
+        best = min(rest, key=lambda d: (cost(d), -sum(bw[c][d] + bw[d][c] for c in chosen), d))
+        chosen.append(best)
+        rest.remove(best)
+    return chosen
+
+
+def machines(instance: Instance, objective: str) -> list[list[int]]:
+    """The devices grouped by machine (``Device.node``; a device without one is its own), the
+    machines in the order of their first device in ``fleet_order``."""
+    groups: dict[str, list[int]] = {}
+    for d in fleet_order(instance, objective):
+        node = instance.devices[d].node
+        groups.setdefault(node if node else f"#{d}", []).append(d)
+    return list(groups.values())
+
+
+def ladder(instance: Instance, objective: str) -> list[Restriction]:
+    """The sub-fleets of the ladder (smallest first), none of them the whole fleet: the
+    machines (``machines``) of the source/sink devices plus the 1, 2, ... first other
+    machines; a machine's units join together (they share its fast internal links)."""
+    names = instance.device_names
+    sp = instance.search
+    groups = machines(instance, objective)
+    ends = set(endpoint_devices(instance))
+    first = max(1, sum(1 for g in groups if ends & set(g)))
+    out = []
+    for k in range(first, len(groups)):
+        devices = sorted(d for g in groups[:k] for d in g)
+        if len(devices) < 2:
+            continue
+        keep = tuple(names[d] for d in devices)
+        what = f"{k} machine{'s' if k > 1 else ''}" if any(len(g) > 1 for g in groups) else f"{len(keep)} devices"
+        out.append(Restriction(keep, sp.max_parts, sp.fusion_limit, f"sub-fleet of {what}: {'+'.join(keep)}"))
+    return out
+
+
+def neighbourhoods(instance: Instance, objective: str, incumbent: Plan | None,
+                   unsettled: list[Restriction], settled: set | frozenset = frozenset()) -> list[Restriction]:
+    """The improvement loop's restricted spaces, in order (see the module docstring), without
+    the whole space and without those in ``settled`` (keys of ``Restriction.key``)."""
+    sp = instance.search
+    names = instance.device_names
+    order = fleet_order(instance, objective)
+    out: list[Restriction] = []
+    if incumbent is not None:
+        used = {p.device for s in incumbent.stages for p in s.parts} | {names[d] for d in endpoint_devices(instance)}
+        base = [d for d in order if names[d] in used]
+        if len(base) < len(names):
+            out.append(_sub(names, base, sp.max_parts, sp.fusion_limit, "the incumbent's devices"))
+        added = set()
+        for d in order:
+            if names[d] not in used and _twin_key(instance, base, d) not in added:
+                added.add(_twin_key(instance, base, d))
+                out.append(_sub(names, base + [d], sp.max_parts, sp.fusion_limit,
+                                f"the incumbent's devices and {names[d]}"))
+    out += unsettled
+    smaller = []
+    if sp.max_parts > 2:
+        smaller.append((2, sp.fusion_limit, "at most 2 parts per stage"))
+    if sp.fusion_limit > 1:
+        smaller.append((min(sp.max_parts, 2), 1, f"{'at most 2 parts per stage, ' if sp.max_parts > 1 else ''}"
+                                                  "no fusion"))
+    for mp, fl, what in smaller:
+        for r in ladder(instance, objective):
+            out.append(Restriction(r.devices, mp, fl, f"{r.label}, {what}"))
+        out.append(Restriction(tuple(names), mp, fl, f"the whole fleet, {what}"))
+    whole = Restriction(tuple(names), sp.max_parts, sp.fusion_limit, "").key
+    seen, unique = set(settled) | {whole}, []
+    for r in out:
+        if r.key not in seen:
+            seen.add(r.key)
+            unique.append(r)
+    return unique
+
+
+def _twin_key(instance: Instance, base: list[int], d: int) -> tuple:
+    """Devices with equal keys are interchangeable once added to ``base``: the same cost model,
+    memory and power, the same links to and from the devices of ``base`` and the endpoints, and
+    the same machine relation to them (sub-fleets that differ only by which twin they add hold
+    the same plans up to renaming)."""
+    dev, net = instance.devices[d], instance.network
+    ends = tuple((e.bandwidth_Bps[d], e.latency_s[d]) for e in (net.source, net.sink) if e.external)
+    links = tuple((net.bandwidth_Bps[b][d], net.bandwidth_Bps[d][b], net.latency_s[b][d], net.latency_s[d][b])
+                  for b in base)
+    same_node = tuple(bool(dev.node) and instance.devices[b].node == dev.node for b in base)
+    return repr(dev.compute), dev.memory_bytes, repr(dev.power), dev.profile, links, ends, same_node
+
+
+def _sub(names, devices, max_parts, fusion_limit, what) -> Restriction:
+    keep = tuple(names[d] for d in sorted(devices))
+    return Restriction(keep, max_parts, fusion_limit, f"{what} ({'+'.join(keep)})")
+
+
+def search_restricted(planner, instance: Instance, ctx, restrictions, best_value: float | None, deadline: float,
+                      phase: str, per_try: float = 0.5, stop_unsettled: bool = False) -> ImproveReport:
+    """Run ``planner``'s exact rounds over each restricted space in turn until ``deadline`` (a
+    ``time.perf_counter()`` value): each gets at most ``per_try`` of the time left. A plan is
+    kept when the evaluator on the whole ``instance`` finds it in the space, within the caps and
+    better than ``best_value`` (None: any). ``stop_unsettled``: stop at the first search that
+    does not settle (the ladder: larger sub-fleets are harder)."""
+    from milp_planner.planners.base import SolveContext
+
+    t0 = time.perf_counter()
+    rep = ImproveReport(phase)
+    obj = ctx.objective
+    for r in restrictions:
+        left = deadline - time.perf_counter()
+        if left < MIN_TRY_S:
+            break
+        share = max(MIN_TRY_S, per_try * left)
+        ctx.report(phase=f"{phase}: {r.label}", incumbent=best_value, force=True)
+        started = time.perf_counter()
+        sub_ctx = SolveContext(obj, share, ctx.threads, ctx.seed, None)
+        try:
+            sub = r.instance(instance)
+            ex = planner.explore(sub, sub_ctx, incumbent=best_value)
+        except MemoryBudgetExceeded:
+            rep.tried.append(Tried(r.label, "the memory budget stopped it", False, time.perf_counter() - started,
+                                   r.key))
+            break
+        except (SearchStopped, PlannerError, TimeoutError) as err:
+            why = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+            rep.tried.append(Tried(r.label, f"no plan: {why}", False, time.perf_counter() - started, r.key))
+            if stop_unsettled or isinstance(err, MemoryStop):
+                break
+            continue
+        proven = ex.lower is not None and best_value is not None and ex.lower >= best_value * (1 - 1e-7)
+        settled = ex.certified or ex.infeasible or proven
+        outcome = "infeasible" if ex.infeasible else ("nothing better" if proven and not ex.certified else "")
+        if ex.found is not None and ex.found.arcs:
+            plan = ex.graph.plan_from_arcs(ex.found.arcs)
+            plan.instance = instance.name
+            m = evaluate(plan, instance)
+            if not (m.in_space and m.feasible):  # cannot be for a subset of the space: never trusted
+                why = "; ".join(m.space_reasons or m.violations)
+                outcome = f"its plan is not usable on the whole instance: {why}"[:240]
+            else:
+                value = m.value(obj)
+                outcome = f"{value:.6g}" + (" (certified)" if ex.certified else "")
+                if best_value is None or value < best_value * (1 - BETTER):
+                    best_value = value
+                    rep.best = Found(plan, value, r.label)
+                    ctx.report(phase=f"{phase}: {r.label}", incumbent=value, force=True)
+        rep.tried.append(Tried(r.label, outcome or ("stopped" if not settled else "settled"), settled,
+                               time.perf_counter() - started, r.key))
+        if ex.memory_out or (stop_unsettled and not settled):  # (the next search would hit the budget too)
+            break
+    rep.seconds = time.perf_counter() - t0
+    return rep
