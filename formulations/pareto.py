@@ -21,6 +21,14 @@ seconds and joules (the MILP's feasibility tolerance is 1e-6 absolute, so a smal
 return the same point again), and f2 - 1 byte for memory. Two front points whose value differ by
 less than that step are not told apart.
 
+Memory: each ε-step runs under the step planner's ``memory_budget`` (option, default 4 GB of
+resident memory; the lexicographic graph steps too). After every step the front drops its
+references to the step's graphs and models, runs the garbage collector and hands freed heap
+back to the system (``release_memory``), so one step's peak is not carried into the next
+(``BoundStep.rss_bytes`` records the resident memory after each step). A step that stops on the
+budget without a plan ends the front (there is no point to take the next cap from); its
+proven bound stays in the lower bound set.
+
 Anytime: with ``time_limit`` the loop stops when it runs out and returns the points found so far,
 each with its status and proven bound; ``certified`` is then false and a lower bound set is built
 from the steps' proven bounds (a step with caps c2 (, c3) and bound b proves that no plan has
@@ -41,6 +49,7 @@ meaning "proven infeasible".
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -82,12 +91,28 @@ class ParetoPoint:
 
 @dataclass
 class BoundStep:
-    """What one ε-step proved: no plan has ``capped`` objective <= ``cap`` and ``minimised`` < ``bound``."""
+    """What one ε-step proved: no plan has ``capped`` objective <= ``cap`` and ``minimised`` < ``bound``.
+
+    ``time_s``: the step's solve time; ``rss_bytes``: the process's resident memory after the
+    step and ``release_memory``; ``message``: why a step not proven optimal stopped."""
 
     caps: dict[str, float]
     minimised: str
     bound: float | None
     status: str
+    time_s: float | None = None
+    rss_bytes: int | None = None
+    message: str = ""
+
+    def to_dict(self) -> dict:
+        out = {"caps": self.caps, "minimised": self.minimised, "bound": self.bound, "status": self.status}
+        if self.time_s is not None:
+            out["time_s"] = self.time_s
+        if self.rss_bytes is not None:
+            out["rss_bytes"] = self.rss_bytes
+        if self.message:
+            out["message"] = self.message
+        return out
 
 
 @dataclass
@@ -127,8 +152,7 @@ class ParetoFront:
                 "bound_set": self.bound_set, "bound_hypervolume": self.bound_hypervolume,
                 "hypervolume_gap": self.hypervolume_gap, "elapsed_s": self.elapsed_s, "solves": self.solves,
                 "message": self.message,
-                "steps": [{"caps": s.caps, "minimised": s.minimised, "bound": s.bound, "status": s.status}
-                          for s in self.steps]}
+                "steps": [s.to_dict() for s in self.steps]}
 
 
 def objective_value(metrics: Metrics, objective: str) -> float:
@@ -195,10 +219,28 @@ def planner_solve(planner: str = "milp", **options) -> Solve:
     return solve
 
 
+def release_memory() -> int:
+    """Collect garbage and return freed heap to the system (glibc's ``malloc_trim``; a no-op
+    elsewhere); the resident memory afterwards, in bytes. Called between the ε-steps: a step's
+    stage graph, Pyomo model and HiGHS objects are garbage once it returns, but the C heap keeps
+    their pages unless trimmed."""
+    from formulations.budget import rss_bytes
+
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the pages stay with the process
+        pass
+    return rss_bytes()
+
+
 CAP_FIELD = {"latency": "latency_s", "energy": "energy_j"}
 
 
-def lexicographic_solve(instance: Instance, objective: str, within: str, time_limit: float | None):
+def lexicographic_solve(instance: Instance, objective: str, within: str, time_limit: float | None, *,
+                        max_arcs: int = 3_000_000, budget: int | None = None):
     """Minimise ``objective`` over the plans whose ``within`` (latency or energy, capped in
     ``instance``) is at most its cap: the lexicographic step of a front.
 
@@ -206,10 +248,12 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
     enumerates exactly the plans whose ``within`` is at most the cap (``build_stage_graph`` with
     that upper bound: every such plan is in the graph), and the MILP of that graph, with the
     instance's caps, is solved by HiGHS. Returns a ``PlanResult`` (the evaluator's metrics, the
-    solver's proven bound), or None when the graph cannot be built in time or in ``max_arcs``
-    (the caller then uses its planner)."""
+    solver's proven bound), or None when the graph cannot be built in time, in ``max_arcs`` or
+    within the memory ``budget`` (bytes of resident memory, default the planners' 4 GB; the
+    caller then uses its planner)."""
     import pyomo.environ as pyo
 
+    from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget
     from formulations.certificate import disagreement, finite
     from formulations.milp import build_milp, fresh_highs_threads, objective_unscale, solution_arcs
     from formulations.stagegraph import SpaceTooLarge, build_stage_graph
@@ -219,8 +263,10 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
     cap = float(getattr(instance.constraints, CAP_FIELD[within]))
     deadline = None if time_limit is None else started + time_limit
     try:
-        sg = build_stage_graph(instance, objective=within, upper=cap, drop_overflow=True, deadline=deadline)
-    except (TimeoutError, SpaceTooLarge, PlannerError):
+        with memory_budget(DEFAULT_BUDGET if budget is None else budget):
+            sg = build_stage_graph(instance, objective=within, upper=cap, drop_overflow=True, deadline=deadline,
+                                   max_arcs=max_arcs)
+    except (TimeoutError, SpaceTooLarge, PlannerError, MemoryBudgetExceeded):
         return None
     m = build_milp(sg, objective)
     solver = pyo.SolverFactory("appsi_highs")
@@ -261,9 +307,10 @@ class _Run:
     """The state of one front computation: deadline, solver, steps and counters."""
 
     def __init__(self, instance: Instance, solve: Solve, time_limit: float | None, max_points: int | None,
-                 graph_lex: bool = False):
+                 graph_lex: bool = False, lex_options: dict | None = None):
         self.instance = instance
         self.graph_lex = graph_lex  # lexicographic steps by ``lexicographic_solve`` (MILP)
+        self.lex_options = lex_options or {}  # its max_arcs and memory budget
         self.solve_fn = solve
         self.started = time.perf_counter()
         self.deadline = None if time_limit is None else self.started + time_limit
@@ -271,6 +318,8 @@ class _Run:
         self.steps: list[BoundStep] = []
         self.solves = 0
         self.stopped = ""  # why the run stopped early ("" when it was not)
+        self.last_time_s: float | None = None  # the last step's time and the memory after it
+        self.last_rss: int | None = None
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else max(0.0, self.deadline - time.perf_counter())
@@ -282,18 +331,28 @@ class _Run:
         """One step; ``within``: the additive objective the lexicographic step keeps at its optimum."""
         self.solves += 1
         inst = capped_instance(self.instance, caps)
+        started = time.perf_counter()
         res = None
         if within in CAP_FIELD and self.graph_lex:
-            res = lexicographic_solve(inst, objective, within, self.remaining())
+            res = lexicographic_solve(inst, objective, within, self.remaining(), **self.lex_options)
             if res is None and self.out_of_time():  # no time left for the planner either
                 from milp_planner.planners.base import PlanResult
 
                 res = PlanResult("milp", "timeout", objective, message="the time limit ran out")
         if res is None:
             res = self.solve_fn(inst, objective, self.remaining())
+        del inst
+        self.last_time_s = time.perf_counter() - started
+        self.last_rss = release_memory()  # the step's graphs and models are garbage now
         proven_infeasible = res.status == "infeasible" and res.plan is None
         ok = res.plan is not None and res.metrics is not None and res.metrics.feasible
         return res, proven_infeasible, ok
+
+    def record(self, caps: dict[str, float], minimised: str, bound: float | None, status: str,
+               message: str = "") -> None:
+        """Append the ε-step just solved to ``steps``, with its time and the memory after it."""
+        self.steps.append(BoundStep(caps, minimised, bound, status, time_s=self.last_time_s,
+                                    rss_bytes=self.last_rss, message=message))
 
     def front2(self, f1: str, f2: str, tail: list[str], extra: dict[str, float],
                points: list[ParetoPoint]) -> bool:
@@ -313,12 +372,16 @@ class _Run:
                 caps[f2] = eps
             res, infeasible, ok = self.solve(caps, f1)
             if infeasible:
-                self.steps.append(BoundStep(caps, f1, math.inf, "infeasible"))
+                self.record(caps, f1, math.inf, "infeasible")
                 return True
-            self.steps.append(BoundStep(caps, f1, res.bound if res.status != "optimal" else res.value,
-                                        res.status if ok else "error"))
+            self.record(caps, f1, res.bound if res.status != "optimal" else res.value,
+                        res.status if ok else "error", "" if res.status == "optimal" else res.message)
             if not ok:
-                self.stopped = self.stopped or (res.message or f"a step ended {res.status} without a plan")
+                # no plan within these caps, so no next cap: the front ends here; the step's
+                # proven bound (if any) stays in the lower bound set
+                where = ", ".join(f"{o} <= {c:.6g}" for o, c in caps.items()) or "no cap"
+                why = res.message or f"it ended {res.status} without a plan"
+                self.stopped = self.stopped or f"the ε-step {len(self.steps)} ({where}) found no plan: {why}"
                 return False
             chosen, status = res, ("optimal" if res.status == "optimal" else res.status)
             fixed = {f1: res.value}
@@ -411,20 +474,39 @@ def lower_bound_set(steps: list[BoundStep], objectives: list[str]) -> list[dict[
     return [dict(zip([f1] + rest, p)) for p in sorted(keep, key=lambda p: p[1:])]
 
 
+def _lex_options(planner: str, options: dict) -> dict:
+    """The step planner's options that ``lexicographic_solve`` honours too (max_arcs and the
+    memory budget), resolved with the planner's defaults (checked by ``planner_solve``)."""
+    if planner != "milp":
+        return {}
+    from formulations.budget import parse_size
+    from milp_planner.planners import get_planner
+
+    resolved = get_planner(planner, **options).options
+    out = {"max_arcs": int(resolved.get("max_arcs", 3_000_000))}
+    if resolved.get("memory_budget") is not None:
+        out["budget"] = parse_size(resolved["memory_budget"])
+    return out
+
+
 def pareto_front(instance: Instance, objectives, *, planner: str = "milp", solve: Solve | None = None,
                  time_limit: float | None = None, max_points: int | None = None,
                  reference: list[float] | None = None, planner_options: dict | None = None) -> ParetoFront:
     """The Pareto front of ``instance`` over 2 or 3 of latency, energy, memory, period (see the module doc).
 
     ``solve`` replaces the planner (a callable ``(instance, objective, time_limit) -> PlanResult``);
+    ``planner_options``: the step planner's options (``-O``: e.g. ``{"memory_budget": "8GB"}``,
+    checked against its declared options; with ``milp`` the lexicographic graph steps honour
+    ``max_arcs`` and ``memory_budget`` too);
     ``max_points`` stops after that many points; ``reference`` is the hypervolume's reference point
     (default: the nadir of the points found times 1.1).
     """
     objs = check_objectives(objectives)
     if reference is not None and len(reference) != len(objs):
         raise PlannerError(f"--reference: give {len(objs)} values, one per objective (got {len(reference)})")
-    run = _Run(instance, solve or planner_solve(planner, **(planner_options or {})), time_limit, max_points,
-               graph_lex=solve is None and planner == "milp" and not planner_options)
+    options = dict(planner_options or {})
+    run = _Run(instance, solve or planner_solve(planner, **options), time_limit, max_points,
+               graph_lex=solve is None and planner == "milp", lex_options=_lex_options(planner, options))
     found: list[ParetoPoint] = []
     if len(objs) == 2:
         complete = run.front2(objs[0], objs[1], [], {}, found)

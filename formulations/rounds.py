@@ -298,7 +298,8 @@ def _full_bounds(instance, obj, deadline, settings):
     own = deadline
     if settings.relaxation == "auto" and deadline is not None:
         own = time.perf_counter() + max(0.0, deadline - time.perf_counter()) / 2
-    return layout_bounds(instance, obj, deadline=own, max_options=settings.max_options, symmetry=settings.symmetry)
+    return layout_bounds(instance, obj, deadline=own, max_options=settings.max_options, symmetry=settings.symmetry,
+                         drop_overflow=True)  # the rounds' graphs leave out arcs that overflow a memory cap
 
 
 def _coarse_only(instance, obj, deadline, settings, incumbent, st: _State, why: Exception) -> Exploration:
