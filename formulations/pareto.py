@@ -64,6 +64,9 @@ from milp_planner.instance import Instance
 PARETO_OBJECTIVES = ("latency", "energy", "memory", "period")
 #: the evaluator's name of each objective's metric (as ``evaluate --json`` names them)
 METRIC_NAMES = {"latency": "latency_s", "energy": "energy_j", "memory": "max_memory_bytes", "period": "period_s"}
+#: how a point is shown non-dominated (``pareto_front(lexicographic=...)``)
+LEXICOGRAPHIC = ("auto", "steps", "lazy")
+MINMAX_OBJECTIVES = ("memory", "period")
 REL_STEP = 1e-6
 ABS_STEP = 2e-6  # seconds or joules: above the MILP's 1e-6 feasibility tolerance
 
@@ -307,8 +310,9 @@ class _Run:
     """The state of one front computation: deadline, solver, steps and counters."""
 
     def __init__(self, instance: Instance, solve: Solve, time_limit: float | None, max_points: int | None,
-                 graph_lex: bool = False, lex_options: dict | None = None):
+                 graph_lex: bool = False, lex_options: dict | None = None, lazy: bool = False):
         self.instance = instance
+        self.lazy = lazy  # two objectives: the next ε-step, not a lexicographic step, shows a point non-dominated
         self.graph_lex = graph_lex  # lexicographic steps by ``lexicographic_solve`` (MILP)
         self.lex_options = lex_options or {}  # its max_arcs and memory budget
         self.solve_fn = solve
@@ -358,8 +362,24 @@ class _Run:
                points: list[ParetoPoint]) -> bool:
         """The two-objective loop over (f1, f2) under the ``extra`` caps; lexicographic steps on
         f2 then ``tail``. Appends to ``points``; returns True when the loop ended by a proven
-        infeasible step (the slice is complete, provided every step was optimal)."""
+        infeasible step (the slice is complete, provided every step was optimal).
+
+        Lazy (``self.lazy`` and no ``tail``): no lexicographic step; the next ε-step (f2 strictly
+        below the point's) tells whether the point is weakly dominated (its optimum has the same
+        f1, up to the caps' relative 1e-9: the point is dropped) or not (its proven bound is above
+        the point's f1: confirmed). A point not yet confirmed when the run stops is ``feasible``."""
         eps: float | None = None
+        lazy = self.lazy and not tail
+        waiting: ParetoPoint | None = None  # lazy: the last point, not yet shown non-dominated
+        waiting_status = ""
+
+        def settle(bound: float | None) -> None:
+            # the step after ``waiting`` proved f1 >= bound for every plan with a smaller f2
+            nonlocal waiting
+            if waiting is not None and bound is not None and bound > waiting.values[f1] * (1 + 1e-9):
+                waiting.status = waiting_status
+            waiting = None
+
         while True:
             if self.out_of_time():
                 self.stopped = self.stopped or "the time limit ran out"
@@ -373,19 +393,26 @@ class _Run:
             res, infeasible, ok = self.solve(caps, f1)
             if infeasible:
                 self.record(caps, f1, math.inf, "infeasible")
+                settle(math.inf)
                 return True
-            self.record(caps, f1, res.bound if res.status != "optimal" else res.value,
-                        res.status if ok else "error", "" if res.status == "optimal" else res.message)
+            bound = res.bound if res.status != "optimal" else res.value
+            self.record(caps, f1, bound, res.status if ok else "error",
+                        "" if res.status == "optimal" else res.message)
             if not ok:
                 # no plan within these caps, so no next cap: the front ends here; the step's
                 # proven bound (if any) stays in the lower bound set
+                settle(bound)
                 where = ", ".join(f"{o} <= {c:.6g}" for o, c in caps.items()) or "no cap"
                 why = res.message or f"it ended {res.status} without a plan"
                 self.stopped = self.stopped or f"the ε-step {len(self.steps)} ({where}) found no plan: {why}"
                 return False
+            if waiting is not None and res.value <= waiting.values[f1] * (1 + 1e-9):
+                points.remove(waiting)  # this plan has its f1 and a smaller f2
+                waiting = None
+            settle(bound)
             chosen, status = res, ("optimal" if res.status == "optimal" else res.status)
             fixed = {f1: res.value}
-            for obj in [f2] + tail:
+            for obj in ([] if lazy else [f2] + tail):
                 if self.out_of_time():
                     status = "timeout" if status == "optimal" else status
                     break
@@ -400,8 +427,11 @@ class _Run:
                 fixed[obj] = objective_value(chosen.metrics, obj)
             metrics = evaluate(chosen.plan, self.instance)
             values = {o: objective_value(metrics, o) for o in [f1, f2] + tail}
-            points.append(ParetoPoint(values, chosen.plan, metrics, status, f1,
-                                      res.value if res.status == "optimal" else res.bound))
+            point = ParetoPoint(values, chosen.plan, metrics, "feasible" if lazy else status, f1,
+                                res.value if res.status == "optimal" else res.bound)
+            points.append(point)
+            if lazy:
+                waiting, waiting_status = point, status
             eps = next_cap(f2, values[f2])
 
 
@@ -491,7 +521,8 @@ def _lex_options(planner: str, options: dict) -> dict:
 
 def pareto_front(instance: Instance, objectives, *, planner: str = "milp", solve: Solve | None = None,
                  time_limit: float | None = None, max_points: int | None = None,
-                 reference: list[float] | None = None, planner_options: dict | None = None) -> ParetoFront:
+                 reference: list[float] | None = None, planner_options: dict | None = None,
+                 lexicographic: str = "auto") -> ParetoFront:
     """The Pareto front of ``instance`` over 2 or 3 of latency, energy, memory, period (see the module doc).
 
     ``solve`` replaces the planner (a callable ``(instance, objective, time_limit) -> PlanResult``);
@@ -499,14 +530,20 @@ def pareto_front(instance: Instance, objectives, *, planner: str = "milp", solve
     checked against its declared options; with ``milp`` the lexicographic graph steps honour
     ``max_arcs`` and ``memory_budget`` too);
     ``max_points`` stops after that many points; ``reference`` is the hypervolume's reference point
-    (default: the nadir of the points found times 1.1).
+    (default: the nadir of the points found times 1.1). ``lexicographic``: ``steps`` (a
+    lexicographic step after each ε-step), ``lazy`` (two objectives: the next ε-step decides,
+    see ``_Run.front2``) or ``auto`` (lazy when the second of two objectives is period or
+    memory, whose lexicographic MILPs are the slow ones).
     """
     objs = check_objectives(objectives)
+    if lexicographic not in LEXICOGRAPHIC:
+        raise PlannerError(f"--lexicographic: {lexicographic!r} is not one of {', '.join(LEXICOGRAPHIC)}")
+    lazy = len(objs) == 2 and (lexicographic == "lazy" or (lexicographic == "auto" and objs[1] in MINMAX_OBJECTIVES))
     if reference is not None and len(reference) != len(objs):
         raise PlannerError(f"--reference: give {len(objs)} values, one per objective (got {len(reference)})")
     options = dict(planner_options or {})
     run = _Run(instance, solve or planner_solve(planner, **options), time_limit, max_points,
-               graph_lex=solve is None and planner == "milp", lex_options=_lex_options(planner, options))
+               graph_lex=solve is None and planner == "milp", lex_options=_lex_options(planner, options), lazy=lazy)
     found: list[ParetoPoint] = []
     if len(objs) == 2:
         complete = run.front2(objs[0], objs[1], [], {}, found)

@@ -98,7 +98,8 @@ def test_planner_options_are_checked_and_keep_the_lexicographic_graph():
     assert _lex_options("cpsat", {"memory_budget": "8GB"}) == {}
 
 
-def test_a_step_without_a_plan_ends_the_front_and_keeps_its_bound():
+@pytest.mark.parametrize("lexicographic", ["steps", "lazy"])
+def test_a_step_without_a_plan_ends_the_front_and_keeps_its_bound(lexicographic):
     """A step that stops on the memory budget with a proven bound and no plan: the front stops
     there (no point to take the next cap from), names the step, and its bound joins the set."""
     case = "residual-external"
@@ -108,13 +109,15 @@ def test_a_step_without_a_plan_ends_the_front_and_keeps_its_bound():
     def solve(capped, objective, time_limit):
         calls.append(objective)
         res = real.solve(capped, objective=objective, time_limit=time_limit)
-        if len(calls) == 3:  # the second ε-step
+        if calls.count("energy") == 2 and objective == "energy":  # the second ε-step
             return PlanResult("milp", "error", objective, bound=res.bound * 0.999,
                               message="the memory budget of 1 GB was hit (resident memory 1 GB); no plan yet")
         return res
 
-    front = pareto_front(CASES[case](), ["energy", "memory"], solve=solve)
+    front = pareto_front(CASES[case](), ["energy", "memory"], solve=solve, lexicographic=lexicographic)
     assert not front.certified and len(front.points) == 1
+    # lazy: the failed step's bound (above the point's energy) shows the point non-dominated
+    assert front.points[0].status == "optimal"
     assert "ε-step 2 (memory <= " in front.message and "memory budget" in front.message
     last = front.steps[-1]
     assert last.status == "error" and last.bound > 0 and "memory budget" in last.message
@@ -155,3 +158,31 @@ def test_memo_is_keyed_by_filtering():
     assert filtered is not plain and plain.overflow_cap is None and filtered.overflow_cap is not None
     assert layout_bounds(inst, "energy", drop_overflow=True) is filtered
     assert layout_bounds(inst, "energy") is plain
+
+
+def test_lazy_point_not_confirmed_when_the_next_step_proves_nothing():
+    """Lazy: a point is ``optimal`` only once the next ε-step proved a larger f1 below its f2."""
+    real = get_planner("milp", anytime=False)
+    calls = []
+
+    def solve(capped, objective, time_limit):
+        calls.append(objective)
+        if len(calls) == 2:
+            return PlanResult("milp", "timeout", objective, message="the time limit ran out")
+        return real.solve(capped, objective=objective, time_limit=time_limit)
+
+    front = pareto_front(CASES["fc"](), ["energy", "memory"], solve=solve, lexicographic="lazy")
+    assert [p.status for p in front.points] == ["feasible"] and not front.certified
+    with pytest.raises(PlannerError, match="lexicographic"):
+        pareto_front(CASES["fc"](), ["energy", "memory"], lexicographic="never")
+
+
+@pytest.mark.parametrize("objs", [["energy", "memory"], ["latency", "memory"], ["energy", "period"]])
+def test_lazy_and_lexicographic_steps_give_the_same_certified_front(objs):
+    case = "residual-external"
+    lazy = pareto_front(CASES[case](), objs, lexicographic="lazy")
+    steps = pareto_front(CASES[case](), objs, lexicographic="steps")
+    assert lazy.certified and steps.certified
+    same_vectors(lazy.vectors(), brute_front(case, objs))
+    same_vectors(steps.vectors(), brute_front(case, objs))
+    check_points(lazy, case)
