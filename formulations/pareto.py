@@ -34,6 +34,10 @@ each with its status and proven bound; ``certified`` is then false and a lower b
 from the steps' proven bounds (a step with caps c2 (, c3) and bound b proves that no plan has
 f2 <= c2 (, f3 <= c3) and f1 < b; see ``lower_bound_set``).
 
+Lazy lexicographic steps (``lexicographic="lazy"``, or ``"auto"`` for two objectives whose second is
+period or memory): no lexicographic step; the next ε-step shows the point non-dominated (its
+proven bound is above the point's f1) or drops it (its optimum has the same f1 and a smaller f2).
+
 With the default ``milp`` and an additive f1 (latency, energy), the lexicographic steps run over
 the stage graph of the plans within f1 <= f1* (``lexicographic_solve``), not the whole space.
 

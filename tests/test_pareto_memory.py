@@ -141,6 +141,8 @@ def test_cli_option(capsys):
     assert main(["pareto", TINY, "--objectives", "energy,memory", "-O", "memory_budget=8GB", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["certified"] and all("rss_bytes" in s for s in data["steps"])
+    assert main(["pareto", TINY, "--objectives", "energy,memory", "--lexicographic", "steps", "--json"]) == 0
+    assert [q["values"] for q in json.loads(capsys.readouterr().out)["points"]] == [q["values"] for q in data["points"]]
     for bad, word in (("memory_budjet=8GB", "did you mean 'memory_budget'"), ("memory_budget=8XB", "8XB"),
                       ("memory_budget", "KEY=VALUE")):
         assert main(["pareto", TINY, "--objectives", "energy,memory", "-O", bad]) == 2

@@ -48,7 +48,8 @@ def cmd_pareto(args) -> int:
         check_output_path(args.out, inputs=[resolve_instance_path(args.instance)], directory=True)
     inst = load_instance(args.instance)
     front = pareto_front(inst, objectives, planner=args.planner, time_limit=args.time_limit,
-                         max_points=args.points, reference=args.reference, planner_options=options)
+                         max_points=args.points, reference=args.reference, planner_options=options,
+                         lexicographic=args.lexicographic)
     if args.out:
         paths = write_front(front, args.out)
     if args.json:
@@ -75,6 +76,10 @@ def add_pareto_parser(sub) -> None:
     s.add_argument("--reference", type=_reference, default=None,
                    help="hypervolume reference point in SI units (s, J, bytes), comma-separated "
                         "(default: the nadir of the points x 1.1)")
+    s.add_argument("--lexicographic", choices=("auto", "steps", "lazy"), default="auto",
+                   help="how a point is shown non-dominated: a lexicographic step after each ε-step (steps), "
+                        "the next ε-step (lazy, two objectives), or lazy when the second objective is "
+                        "period or memory (auto, the default)")
     s.add_argument("--option", "-O", action="append", metavar="KEY=VALUE",
                    help="option of the ε-steps' planner, e.g. memory_budget=8GB (repeatable; "
                         "`milp-planner planners` lists them)")
