@@ -160,6 +160,10 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         return _coarse_only(instance, obj, deadline, settings, incumbent, st, err)
     st.lower = float(bounds.to_go[0].min()) if bounded else None
     upper = min(st.lower * (1 + settings.delta), cap_at) if bounded else math.inf
+    if bounded and math.isinf(st.lower):
+        # the relaxation (drop_overflow) proves that every plan has a stage part that fits no
+        # device's memory cap: a round within 0 enumerates nothing and shows the caps infeasible
+        upper = 0.0
     budget, max_arcs = settings.round_budget, settings.max_arcs
     growth, prev_arcs = settings.growth, 0
     # period and memory: the label search, not the enumeration, limits a round, so the round

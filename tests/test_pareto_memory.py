@@ -188,3 +188,39 @@ def test_lazy_and_lexicographic_steps_give_the_same_certified_front(objs):
     same_vectors(lazy.vectors(), brute_front(case, objs))
     same_vectors(steps.vectors(), brute_front(case, objs))
     check_points(lazy, case)
+
+
+@pytest.mark.parametrize("lexicographic", ["steps", "lazy"])
+def test_a_plan_over_the_cap_by_the_solver_tolerance_retries_the_step_a_step_lower(lexicographic):
+    """The second ε-step's solver returns a plan 1 byte over the memory cap (HiGHS's integrality
+    tolerance did this on ResNet-101): its bound is kept, the step is retried a step lower, and
+    the front goes on; it is certified only if the bound covers the range between the caps."""
+    from milp_planner.cost.evaluator import evaluate
+
+    case = "residual-external"
+    real = get_planner("milp", anytime=False)
+    energy_calls = []
+
+    def solve(capped, objective, time_limit):
+        res = real.solve(capped, objective=objective, time_limit=time_limit)
+        if objective == "energy":
+            energy_calls.append(capped)
+        if len(energy_calls) == 2 and objective == "energy" and res.plan is not None:
+            first = real.solve(energy_calls[0], objective="energy")  # the first point's plan: over this cap
+            over = evaluate(first.plan, capped)
+            assert not over.feasible
+            return PlanResult("milp", "optimal", objective, plan=first.plan, value=over.energy_j,
+                              bound=over.energy_j, metrics=over)
+        return res
+
+    front = pareto_front(CASES[case](), ["energy", "memory"], solve=solve, lexicographic=lexicographic)
+    broke = [s for s in front.steps if "breaks the caps" in s.message]
+    assert len(broke) == 1 and broke[0].status == "error"
+    after = front.steps[front.steps.index(broke[0]) + 1]
+    assert after.caps["memory"] < broke[0].caps["memory"]
+    assert below_bound_set(front.bound_set or [], ["energy", "memory"], case) == [] or front.certified
+    expected = brute_front(case, ["energy", "memory"])
+    assert set(front.vectors()) <= {tuple(v) for v in expected} or all(
+        any(v == pytest.approx(w, rel=1e-6) for w in expected) for v in front.vectors())
+    # the broken step's bound (the first point's energy) lies below the retried step's optimum
+    assert not front.certified and "retried a step lower" in front.message
