@@ -18,7 +18,8 @@ only when its plan happens to meet the caps).
 
 Strictly below: objective values are floats. The next cap is f2 - max(1e-6 * |f2|, 2e-6) for
 seconds and joules (the MILP's feasibility tolerance is 1e-6 absolute, so a smaller step could
-return the same point again), and f2 - 1 byte for memory. Two front points whose value differ by
+return the same point again), and floor(f2 - max(1, 1e-5 * f2)) bytes for memory (HiGHS's
+integrality tolerance lets a plan pass a memory cap by 1e-6 of its bytes). Two front points whose value differ by
 less than that step are not told apart.
 
 Memory: each ε-step runs under the step planner's ``memory_budget`` (option, default 4 GB of
