@@ -11,7 +11,7 @@ from test_pareto import CASES, all_metrics, below_bound_set, brute_front, check_
 from formulations import relaxation
 from formulations.budget import rss_bytes
 from formulations.pareto import capped_instance, pareto_front, release_memory
-from formulations.relaxation import layout_bounds, overflow_cap
+from formulations.relaxation import layout_bounds, overflow_cap, part_need
 from milp_planner.cli import main
 from milp_planner.errors import PlannerError
 from milp_planner.planners import get_planner
@@ -224,3 +224,19 @@ def test_a_plan_over_the_cap_by_the_solver_tolerance_retries_the_step_a_step_low
         any(v == pytest.approx(w, rel=1e-6) for w in expected) for v in front.vectors())
     # the broken step's bound (the first point's energy) lies below the retried step's optimum
     assert not front.certified and "retried a step lower" in front.message
+
+
+@pytest.mark.parametrize("planner", ["milp", "dp", "cpsat"])
+def test_a_cap_below_every_part_is_proven_infeasible_by_the_relaxation_alone(planner):
+    """Every layout of a stage needs more than the cap: the filtered relaxation's bound is
+    infinite, and one empty round (no arc enumerated) proves the caps infeasible (before, the
+    rounds enumerated the whole space unbounded: SpaceTooLarge on VGG-19 under 100 MB)."""
+    inst = CASES["fc"]()
+    least = min(part_need(tab.groups[g]) for tab in layout_bounds(inst, "energy").tables.values()
+                for g in range(len(tab.groups)))
+    capped = capped_instance(inst, {"memory": least - 1})
+    assert math.isinf(float(layout_bounds(capped, "energy", drop_overflow=True).to_go[0].min()))
+    res = get_planner(planner, anytime=False).solve(capped, objective="energy")
+    assert res.status == "infeasible" and res.plan is None
+    assert res.info.get("rounds") == 1 and res.info.get("stage_arcs") == 0
+    assert get_planner("bruteforce").solve(capped, objective="energy").status == "infeasible"
