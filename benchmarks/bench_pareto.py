@@ -10,6 +10,7 @@ another set, e.g. a pair). Writes ``benchmarks/results/pareto[-TAG].json`` and `
 
     python benchmarks/bench_pareto.py --time-limit 600 --nsga-time-limit 15 --only autodice --tag autodice-3
     python benchmarks/bench_pareto.py --time-limit 600 --only autodice --objectives energy,period --tag autodice-energy-period-v2
+    python benchmarks/bench_pareto.py --time-limit 600 --only autodice --objectives energy,memory --tag autodice-energy-memory
     python benchmarks/bench_pareto.py --time-limit 180 --only diapason --tag diapason
     python benchmarks/bench_pareto.py --rescore benchmarks/results/pareto-diapason.json   # tables from the stored steps
 """
@@ -129,6 +130,20 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def code_commit() -> str | None:
+    """The checkout's commit (with "+dirty" when files differ from it), or None outside git."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=90.0, help="seconds per front")
@@ -157,6 +172,7 @@ def main() -> None:
         k, v = kv.split("=", 1)
         options[k] = parse_option_text(v)
     rows = []
+    commit, load_at_start = code_commit(), os.getloadavg()
     for path, objs in CASES:
         if args.only and args.only not in path:
             continue
@@ -172,7 +188,7 @@ def main() -> None:
         RESULTS.mkdir(exist_ok=True)
         meta = {"time_limit_s": args.time_limit, "options": args.option, "nsga_time_limit_s": args.nsga_time_limit,
                 "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-                "load_average": os.getloadavg()}
+                "load_average": os.getloadavg(), "commit": commit, "load_average_at_start": load_at_start}
         stem = "pareto" + (f"-{args.tag}" if args.tag else "")
         (RESULTS / f"{stem}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
         (RESULTS / f"{stem}-table.md").write_text(table(rows))

@@ -18,13 +18,26 @@ only when its plan happens to meet the caps).
 
 Strictly below: objective values are floats. The next cap is f2 - max(1e-6 * |f2|, 2e-6) for
 seconds and joules (the MILP's feasibility tolerance is 1e-6 absolute, so a smaller step could
-return the same point again), and f2 - 1 byte for memory. Two front points whose value differ by
+return the same point again), and floor(f2 - max(1, 1e-5 * f2)) bytes for memory (HiGHS's
+integrality tolerance lets a plan pass a memory cap by 1e-6 of its bytes). Two front points whose value differ by
 less than that step are not told apart.
+
+Memory: each ε-step runs under the step planner's ``memory_budget`` (option, default 4 GB of
+resident memory; the lexicographic graph steps too). After every step the front drops its
+references to the step's graphs and models, runs the garbage collector and hands freed heap
+back to the system (``release_memory``), so one step's peak is not carried into the next
+(``BoundStep.rss_bytes`` records the resident memory after each step). A step that stops on the
+budget without a plan ends the front (there is no point to take the next cap from); its
+proven bound stays in the lower bound set.
 
 Anytime: with ``time_limit`` the loop stops when it runs out and returns the points found so far,
 each with its status and proven bound; ``certified`` is then false and a lower bound set is built
 from the steps' proven bounds (a step with caps c2 (, c3) and bound b proves that no plan has
 f2 <= c2 (, f3 <= c3) and f1 < b; see ``lower_bound_set``).
+
+Lazy lexicographic steps (``lexicographic="lazy"``, or ``"auto"`` for two objectives whose second is
+period or memory): no lexicographic step; the next ε-step shows the point non-dominated (its
+proven bound is above the point's f1) or drops it (its optimum has the same f1 and a smaller f2).
 
 With the default ``milp`` and an additive f1 (latency, energy), the lexicographic steps run over
 the stage graph of the plans within f1 <= f1* (``lexicographic_solve``), not the whole space.
@@ -41,6 +54,7 @@ meaning "proven infeasible".
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -55,8 +69,15 @@ from milp_planner.instance import Instance
 PARETO_OBJECTIVES = ("latency", "energy", "memory", "period")
 #: the evaluator's name of each objective's metric (as ``evaluate --json`` names them)
 METRIC_NAMES = {"latency": "latency_s", "energy": "energy_j", "memory": "max_memory_bytes", "period": "period_s"}
+#: how a point is shown non-dominated (``pareto_front(lexicographic=...)``)
+LEXICOGRAPHIC = ("auto", "steps", "lazy")
+MINMAX_OBJECTIVES = ("memory", "period")
 REL_STEP = 1e-6
 ABS_STEP = 2e-6  # seconds or joules: above the MILP's 1e-6 feasibility tolerance
+# bytes, relative: HiGHS's integrality tolerance (1e-6) lets an arc's x be 1 - 1e-6, so a plan may
+# pass a cap by 1e-6 of its memory (180 bytes at 180 MB, seen on ResNet-101)
+MEMORY_REL_STEP = 1e-5
+RETRIES = 2  # ε-steps retried with a tighter cap when the solver's plan breaks the cap by its tolerance
 
 Solve = Callable[[Instance, str, "float | None"], Any]
 
@@ -82,12 +103,28 @@ class ParetoPoint:
 
 @dataclass
 class BoundStep:
-    """What one ε-step proved: no plan has ``capped`` objective <= ``cap`` and ``minimised`` < ``bound``."""
+    """What one ε-step proved: no plan has ``capped`` objective <= ``cap`` and ``minimised`` < ``bound``.
+
+    ``time_s``: the step's solve time; ``rss_bytes``: the process's resident memory after the
+    step and ``release_memory``; ``message``: why a step not proven optimal stopped."""
 
     caps: dict[str, float]
     minimised: str
     bound: float | None
     status: str
+    time_s: float | None = None
+    rss_bytes: int | None = None
+    message: str = ""
+
+    def to_dict(self) -> dict:
+        out = {"caps": self.caps, "minimised": self.minimised, "bound": self.bound, "status": self.status}
+        if self.time_s is not None:
+            out["time_s"] = self.time_s
+        if self.rss_bytes is not None:
+            out["rss_bytes"] = self.rss_bytes
+        if self.message:
+            out["message"] = self.message
+        return out
 
 
 @dataclass
@@ -127,8 +164,7 @@ class ParetoFront:
                 "bound_set": self.bound_set, "bound_hypervolume": self.bound_hypervolume,
                 "hypervolume_gap": self.hypervolume_gap, "elapsed_s": self.elapsed_s, "solves": self.solves,
                 "message": self.message,
-                "steps": [{"caps": s.caps, "minimised": s.minimised, "bound": s.bound, "status": s.status}
-                          for s in self.steps]}
+                "steps": [s.to_dict() for s in self.steps]}
 
 
 def objective_value(metrics: Metrics, objective: str) -> float:
@@ -138,7 +174,7 @@ def objective_value(metrics: Metrics, objective: str) -> float:
 def next_cap(objective: str, value: float) -> float:
     """The largest cap strictly below ``value`` that the solvers tell apart from it."""
     if objective == "memory":
-        return float(math.ceil(value) - 1)
+        return float(math.floor(value - max(1.0, MEMORY_REL_STEP * abs(value))))
     return value - max(REL_STEP * abs(value), ABS_STEP)
 
 
@@ -195,10 +231,28 @@ def planner_solve(planner: str = "milp", **options) -> Solve:
     return solve
 
 
+def release_memory() -> int:
+    """Collect garbage and return freed heap to the system (glibc's ``malloc_trim``; a no-op
+    elsewhere); the resident memory afterwards, in bytes. Called between the ε-steps: a step's
+    stage graph, Pyomo model and HiGHS objects are garbage once it returns, but the C heap keeps
+    their pages unless trimmed."""
+    from formulations.budget import rss_bytes
+
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the pages stay with the process
+        pass
+    return rss_bytes()
+
+
 CAP_FIELD = {"latency": "latency_s", "energy": "energy_j"}
 
 
-def lexicographic_solve(instance: Instance, objective: str, within: str, time_limit: float | None):
+def lexicographic_solve(instance: Instance, objective: str, within: str, time_limit: float | None, *,
+                        max_arcs: int = 3_000_000, budget: int | None = None):
     """Minimise ``objective`` over the plans whose ``within`` (latency or energy, capped in
     ``instance``) is at most its cap: the lexicographic step of a front.
 
@@ -206,10 +260,12 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
     enumerates exactly the plans whose ``within`` is at most the cap (``build_stage_graph`` with
     that upper bound: every such plan is in the graph), and the MILP of that graph, with the
     instance's caps, is solved by HiGHS. Returns a ``PlanResult`` (the evaluator's metrics, the
-    solver's proven bound), or None when the graph cannot be built in time or in ``max_arcs``
-    (the caller then uses its planner)."""
+    solver's proven bound), or None when the graph cannot be built in time, in ``max_arcs`` or
+    within the memory ``budget`` (bytes of resident memory, default the planners' 4 GB; the
+    caller then uses its planner)."""
     import pyomo.environ as pyo
 
+    from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget
     from formulations.certificate import disagreement, finite
     from formulations.milp import build_milp, fresh_highs_threads, objective_unscale, solution_arcs
     from formulations.stagegraph import SpaceTooLarge, build_stage_graph
@@ -219,8 +275,10 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
     cap = float(getattr(instance.constraints, CAP_FIELD[within]))
     deadline = None if time_limit is None else started + time_limit
     try:
-        sg = build_stage_graph(instance, objective=within, upper=cap, drop_overflow=True, deadline=deadline)
-    except (TimeoutError, SpaceTooLarge, PlannerError):
+        with memory_budget(DEFAULT_BUDGET if budget is None else budget):
+            sg = build_stage_graph(instance, objective=within, upper=cap, drop_overflow=True, deadline=deadline,
+                                   max_arcs=max_arcs)
+    except (TimeoutError, SpaceTooLarge, PlannerError, MemoryBudgetExceeded):
         return None
     m = build_milp(sg, objective)
     solver = pyo.SolverFactory("appsi_highs")
@@ -261,9 +319,11 @@ class _Run:
     """The state of one front computation: deadline, solver, steps and counters."""
 
     def __init__(self, instance: Instance, solve: Solve, time_limit: float | None, max_points: int | None,
-                 graph_lex: bool = False):
+                 graph_lex: bool = False, lex_options: dict | None = None, lazy: bool = False):
         self.instance = instance
+        self.lazy = lazy  # two objectives: the next ε-step, not a lexicographic step, shows a point non-dominated
         self.graph_lex = graph_lex  # lexicographic steps by ``lexicographic_solve`` (MILP)
+        self.lex_options = lex_options or {}  # its max_arcs and memory budget
         self.solve_fn = solve
         self.started = time.perf_counter()
         self.deadline = None if time_limit is None else self.started + time_limit
@@ -271,6 +331,9 @@ class _Run:
         self.steps: list[BoundStep] = []
         self.solves = 0
         self.stopped = ""  # why the run stopped early ("" when it was not)
+        self.uncovered: list[dict] = []  # boxes no step excluded (ε-steps retried a step lower)
+        self.last_time_s: float | None = None  # the last step's time and the memory after it
+        self.last_rss: int | None = None
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else max(0.0, self.deadline - time.perf_counter())
@@ -282,25 +345,52 @@ class _Run:
         """One step; ``within``: the additive objective the lexicographic step keeps at its optimum."""
         self.solves += 1
         inst = capped_instance(self.instance, caps)
+        started = time.perf_counter()
         res = None
         if within in CAP_FIELD and self.graph_lex:
-            res = lexicographic_solve(inst, objective, within, self.remaining())
+            res = lexicographic_solve(inst, objective, within, self.remaining(), **self.lex_options)
             if res is None and self.out_of_time():  # no time left for the planner either
                 from milp_planner.planners.base import PlanResult
 
                 res = PlanResult("milp", "timeout", objective, message="the time limit ran out")
         if res is None:
             res = self.solve_fn(inst, objective, self.remaining())
+        del inst
+        self.last_time_s = time.perf_counter() - started
+        self.last_rss = release_memory()  # the step's graphs and models are garbage now
         proven_infeasible = res.status == "infeasible" and res.plan is None
         ok = res.plan is not None and res.metrics is not None and res.metrics.feasible
         return res, proven_infeasible, ok
+
+    def record(self, caps: dict[str, float], minimised: str, bound: float | None, status: str,
+               message: str = "") -> None:
+        """Append the ε-step just solved to ``steps``, with its time and the memory after it."""
+        self.steps.append(BoundStep(caps, minimised, bound, status, time_s=self.last_time_s,
+                                    rss_bytes=self.last_rss, message=message))
 
     def front2(self, f1: str, f2: str, tail: list[str], extra: dict[str, float],
                points: list[ParetoPoint]) -> bool:
         """The two-objective loop over (f1, f2) under the ``extra`` caps; lexicographic steps on
         f2 then ``tail``. Appends to ``points``; returns True when the loop ended by a proven
-        infeasible step (the slice is complete, provided every step was optimal)."""
+        infeasible step (the slice is complete, provided every step was optimal).
+
+        Lazy (``self.lazy`` and no ``tail``): no lexicographic step; the next ε-step (f2 strictly
+        below the point's) tells whether the point is weakly dominated (its optimum has the same
+        f1, up to the caps' relative 1e-9: the point is dropped) or not (its proven bound is above
+        the point's f1: confirmed). A point not yet confirmed when the run stops is ``feasible``."""
         eps: float | None = None
+        lazy = self.lazy and not tail
+        waiting: ParetoPoint | None = None  # lazy: the last point, not yet shown non-dominated
+        waiting_status = ""
+        retries, broke_bound, broke_cap = 0, math.inf, -math.inf  # ε-steps retried a step lower
+
+        def settle(bound: float | None) -> None:
+            # the step after ``waiting`` proved f1 >= bound for every plan with a smaller f2
+            nonlocal waiting
+            if waiting is not None and bound is not None and bound > waiting.values[f1] * (1 + 1e-9):
+                waiting.status = waiting_status
+            waiting = None
+
         while True:
             if self.out_of_time():
                 self.stopped = self.stopped or "the time limit ran out"
@@ -313,16 +403,49 @@ class _Run:
                 caps[f2] = eps
             res, infeasible, ok = self.solve(caps, f1)
             if infeasible:
-                self.steps.append(BoundStep(caps, f1, math.inf, "infeasible"))
+                self.record(caps, f1, math.inf, "infeasible")
+                settle(broke_bound)
+                if retries and math.isfinite(broke_bound):
+                    self.uncovered.append({f2: (caps[f2], broke_cap), f1: (broke_bound, math.inf)})
                 return True
-            self.steps.append(BoundStep(caps, f1, res.bound if res.status != "optimal" else res.value,
-                                        res.status if ok else "error"))
+            bound = res.bound if res.status != "optimal" else res.value
+            broke = not ok and res.plan is not None and res.metrics is not None and not res.metrics.feasible
+            if broke:
+                # the solver's plan passes a cap by its tolerance: its bound holds for these caps
+                # (the solver's feasible set holds the plans within them); its plan does not
+                bound = res.bound
+                why = "; ".join(res.metrics.violations)
+                res.message = "its plan breaks the caps" + (f" ({why})" if why else "")
+            self.record(caps, f1, bound, res.status if ok else "error",
+                        "" if res.status == "optimal" and ok else res.message)
+            if broke and eps is not None and retries < RETRIES:
+                retries += 1
+                broke_bound = min(broke_bound, bound if bound is not None else 0.0)
+                broke_cap = max(broke_cap, eps)
+                eps = next_cap(f2, eps)  # the same step, a step lower
+                continue
             if not ok:
-                self.stopped = self.stopped or (res.message or f"a step ended {res.status} without a plan")
+                # no plan within these caps, so no next cap: the front ends here; the step's
+                # proven bound (if any) stays in the lower bound set
+                settle(None if bound is None else min(bound, broke_bound))
+                where = ", ".join(f"{o} <= {c:.6g}" for o, c in caps.items()) or "no cap"
+                why = res.message or f"it ended {res.status} without a plan"
+                self.stopped = self.stopped or f"the ε-step {len(self.steps)} ({where}) found no plan: {why}"
                 return False
+            if retries and ok and broke_bound < res.value * (1 - 1e-9):
+                # a plan with f2 between this cap and the broken step's and f1 in [broke_bound,
+                # this optimum) is not excluded: the front is not complete there
+                self.uncovered.append({f2: (caps[f2], broke_cap), f1: (broke_bound, res.value)})
+            if retries:
+                bound = None if bound is None else min(bound, broke_bound)
+            retries, broke_bound, broke_cap = 0, math.inf, -math.inf
+            if waiting is not None and res.value <= waiting.values[f1] * (1 + 1e-9):
+                points.remove(waiting)  # this plan has its f1 and a smaller f2
+                waiting = None
+            settle(bound)
             chosen, status = res, ("optimal" if res.status == "optimal" else res.status)
             fixed = {f1: res.value}
-            for obj in [f2] + tail:
+            for obj in ([] if lazy else [f2] + tail):
                 if self.out_of_time():
                     status = "timeout" if status == "optimal" else status
                     break
@@ -337,8 +460,11 @@ class _Run:
                 fixed[obj] = objective_value(chosen.metrics, obj)
             metrics = evaluate(chosen.plan, self.instance)
             values = {o: objective_value(metrics, o) for o in [f1, f2] + tail}
-            points.append(ParetoPoint(values, chosen.plan, metrics, status, f1,
-                                      res.value if res.status == "optimal" else res.bound))
+            point = ParetoPoint(values, chosen.plan, metrics, "feasible" if lazy else status, f1,
+                                res.value if res.status == "optimal" else res.bound)
+            points.append(point)
+            if lazy:
+                waiting, waiting_status = point, status
             eps = next_cap(f2, values[f2])
 
 
@@ -411,20 +537,46 @@ def lower_bound_set(steps: list[BoundStep], objectives: list[str]) -> list[dict[
     return [dict(zip([f1] + rest, p)) for p in sorted(keep, key=lambda p: p[1:])]
 
 
+def _lex_options(planner: str, options: dict) -> dict:
+    """The step planner's options that ``lexicographic_solve`` honours too (max_arcs and the
+    memory budget), resolved with the planner's defaults (checked by ``planner_solve``)."""
+    if planner != "milp":
+        return {}
+    from formulations.budget import parse_size
+    from milp_planner.planners import get_planner
+
+    resolved = get_planner(planner, **options).options
+    out = {"max_arcs": int(resolved.get("max_arcs", 3_000_000))}
+    if resolved.get("memory_budget") is not None:
+        out["budget"] = parse_size(resolved["memory_budget"])
+    return out
+
+
 def pareto_front(instance: Instance, objectives, *, planner: str = "milp", solve: Solve | None = None,
                  time_limit: float | None = None, max_points: int | None = None,
-                 reference: list[float] | None = None, planner_options: dict | None = None) -> ParetoFront:
+                 reference: list[float] | None = None, planner_options: dict | None = None,
+                 lexicographic: str = "auto") -> ParetoFront:
     """The Pareto front of ``instance`` over 2 or 3 of latency, energy, memory, period (see the module doc).
 
     ``solve`` replaces the planner (a callable ``(instance, objective, time_limit) -> PlanResult``);
+    ``planner_options``: the step planner's options (``-O``: e.g. ``{"memory_budget": "8GB"}``,
+    checked against its declared options; with ``milp`` the lexicographic graph steps honour
+    ``max_arcs`` and ``memory_budget`` too);
     ``max_points`` stops after that many points; ``reference`` is the hypervolume's reference point
-    (default: the nadir of the points found times 1.1).
+    (default: the nadir of the points found times 1.1). ``lexicographic``: ``steps`` (a
+    lexicographic step after each ε-step), ``lazy`` (two objectives: the next ε-step decides,
+    see ``_Run.front2``) or ``auto`` (lazy when the second of two objectives is period or
+    memory, whose lexicographic MILPs are the slow ones).
     """
     objs = check_objectives(objectives)
+    if lexicographic not in LEXICOGRAPHIC:
+        raise PlannerError(f"--lexicographic: {lexicographic!r} is not one of {', '.join(LEXICOGRAPHIC)}")
+    lazy = len(objs) == 2 and (lexicographic == "lazy" or (lexicographic == "auto" and objs[1] in MINMAX_OBJECTIVES))
     if reference is not None and len(reference) != len(objs):
         raise PlannerError(f"--reference: give {len(objs)} values, one per objective (got {len(reference)})")
-    run = _Run(instance, solve or planner_solve(planner, **(planner_options or {})), time_limit, max_points,
-               graph_lex=solve is None and planner == "milp" and not planner_options)
+    options = dict(planner_options or {})
+    run = _Run(instance, solve or planner_solve(planner, **options), time_limit, max_points,
+               graph_lex=solve is None and planner == "milp", lex_options=_lex_options(planner, options), lazy=lazy)
     found: list[ParetoPoint] = []
     if len(objs) == 2:
         complete = run.front2(objs[0], objs[1], [], {}, found)
@@ -442,7 +594,7 @@ def pareto_front(instance: Instance, objectives, *, planner: str = "milp", solve
                 break
             slice_cap = next_cap(f3, max(p.values[f3] for p in found[mark:]))
     points = non_dominated(found, objs)
-    certified = complete and all(p.status == "optimal" for p in found)
+    certified = complete and all(p.status == "optimal" for p in found) and not run.uncovered
     vectors = [tuple(p.values[o] for o in objs) for p in points]
     ref = list(reference) if reference is not None else reference_point(vectors)
     front = ParetoFront(instance.name, objs, planner if solve is None else "custom", points, certified,
@@ -453,7 +605,10 @@ def pareto_front(instance: Instance, objectives, *, planner: str = "milp", solve
         if ref and front.bound_set:
             front.bound_hypervolume = hypervolume([tuple(b[o] for o in objs) for b in front.bound_set], ref)
         reasons = [run.stopped] if run.stopped else []
-        if complete:
+        if run.uncovered:
+            reasons.append(f"{len(run.uncovered)} ε-step(s) retried a step lower after the solver's plan broke "
+                           "the cap by its tolerance; the range between the two caps is not excluded")
+        if complete and not run.uncovered:
             reasons.append("some steps were not proven optimal")
         front.message = "; ".join(reasons)
     front.elapsed_s = time.perf_counter() - run.started

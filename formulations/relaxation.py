@@ -108,6 +108,10 @@ class LayoutBounds:
     build_time_s: float = 0.0
     misses: int = 0  # exact states whose class the relaxation did not reach (bounded by 0)
     types: DeviceTypes | None = None  # the device types its tables list orders of (None: every order)
+    # ``drop_overflow``: the largest memory cap the tables were filtered with (None: not
+    # filtered) and the range of caps that filter the same groups out (``overflow_cap``)
+    overflow_cap: float | None = None
+    overflow_range: tuple[float, float] = (0.0, float("inf"))
     _skip: frozenset = frozenset()
 
     def layout_id(self, t: str, regions) -> int:
@@ -160,9 +164,23 @@ _MEMO: list = []  # [(key, the objects the key names by id, LayoutBounds)], most
 _MEMO_SIZE = 2
 
 
+def overflow_cap(instance: Instance) -> float | None:
+    """The largest memory cap of the instance's devices when every device has one and
+    ``constraints.memory`` holds (a part that alone needs more fits no device), else None."""
+    if not instance.constraints.memory or any(d.memory_bytes is None for d in instance.devices):
+        return None
+    return float(max(d.memory_bytes for d in instance.devices))
+
+
+def part_need(grp: StageGroup) -> int:
+    """The least memory a device holding any one part of ``grp`` needs: that part's weight bytes
+    plus the bytes it computes in the stage (both in the evaluator's memory of the device)."""
+    return max(w + c for w, c in zip(grp.weights, grp.computed))
+
+
 def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
                   max_options: int = 200_000, deadline: float | None = None,
-                  symmetry: bool = True) -> LayoutBounds:
+                  symmetry: bool = True, drop_overflow: bool = False) -> LayoutBounds:
     """The relaxation's classes and cost-to-go bounds for ``objective``.
 
     With ``symmetry`` the tables list one device order per sequence of device types
@@ -173,15 +191,24 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
     The bounds depend on the graph, the devices' cost models and power, the network and the
     search space, not on the caps: the last two are remembered, so the ε-steps of a Pareto
     front (the same instance under other caps) compute them once. (Caps that make devices
-    equal can only merge device types, so remembered types stay a valid, finer partition.)"""
+    equal can only merge device types, so remembered types stay a valid, finer partition.)
+
+    ``drop_overflow`` (for graphs that leave out the arcs overflowing a memory cap): the stage
+    layouts with a part that fits no device's cap (``part_need``) are left out of the tables;
+    a stage with none left keeps its tables with infinite floors. The bounds then hold for the
+    plans that meet the memory caps only, and rise when a cap forces a split (e.g. a large FC
+    layer in several channel parts). They are remembered for the range of caps that leaves
+    out the same layouts."""
     devs = instance.devices
+    cap = overflow_cap(instance) if drop_overflow else None
     key = (objective, max_options, symmetry, id(instance.graph), id(instance.network), instance.search,
-           instance.dtype_bytes, tuple((d.name, id(d.compute), id(d.power), d.node) for d in devs))
+           instance.dtype_bytes, tuple((d.name, id(d.compute), id(d.power), d.node) for d in devs),
+           cap is not None)
     for i, (k, _, lb) in enumerate(_MEMO):
-        if k == key:
+        if k == key and (cap is None or lb.overflow_range[0] <= cap < lb.overflow_range[1]):
             _MEMO.append(_MEMO.pop(i))
             return lb
-    lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry)
+    lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, overflow=cap)
     # the objects named by id stay referenced, so their ids are not reused while remembered
     _MEMO.append((key, (instance.graph, instance.network, tuple((d.compute, d.power) for d in devs)), lb))
     del _MEMO[:-_MEMO_SIZE]
@@ -218,7 +245,8 @@ class Coarsening:
 
 
 def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_options: int,
-                   deadline: float | None, symmetry: bool, coarse: Coarsening | None = None) -> LayoutBounds:
+                   deadline: float | None, symmetry: bool, coarse: Coarsening | None = None,
+                   overflow: float | None = None) -> LayoutBounds:
     t0 = time.perf_counter()
     pr = pr or pricer(instance)
     g = instance.graph
@@ -226,7 +254,8 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
     fl = max(1, instance.search.fusion_limit)
     last_read = last_readers(instance.graph)
     types = coarse.types if coarse is not None and coarse.types is not None else device_types(instance, symmetry)
-    lb = LayoutBounds(objective, n, _skip=frozenset(g.inputs), types=types)
+    lb = LayoutBounds(objective, n, _skip=frozenset(g.inputs), types=types, overflow_cap=overflow)
+    fits_up_to, overflows_from = 0.0, float("inf")  # the caps that filter the same layouts
     lb.classes = [dict() for _ in range(n + 1)]
     lb.classes[0][()] = 0  # the source's state is priced exactly; its class is empty
     cost = _FloorCost(instance, objective)
@@ -247,6 +276,14 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
                 groups = coarse.groups(b, e)
             else:
                 groups = stage_groups(instance, pr, b, e, max_options, deadline, types=lb.types)
+            dead = False  # no layout of the stage fits the memory caps
+            if overflow is not None and coarse is None:
+                needs = [part_need(grp) for grp in groups]
+                fits_up_to = max([fits_up_to] + [x for x in needs if x <= overflow])
+                overflows_from = min([overflows_from] + [x for x in needs if x > overflow])
+                kept = [grp for grp, x in zip(groups, needs) if x <= overflow]
+                dead = not kept
+                groups = kept or groups
             main = g.layers[e].output if coarse is not None and coarse.main_only else None
             exits: dict[tuple, int] = {}
             heads, gidx, pidx = [], [], []
@@ -281,6 +318,8 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
             tab.merged = _merge_classes(nxt, tab.exits, list(carries), deadline)
             if coarse is None:
                 tab.best = cost.least_floors(lb, pr, tab, list(read_keys), deadline, first=b == 0)
+                if dead:
+                    tab.best = np.full_like(tab.best, np.inf)
             else:
                 try:
                     tab.best = cost.least_floors(lb, pr, tab, list(read_keys), deadline, first=b == 0)
@@ -302,6 +341,7 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
             else:
                 best = np.minimum(best, (tab.best[tab.read_of] + rest[:, tab.carry_of].T).min(axis=1))
         lb.to_go[b] = best
+    lb.overflow_range = (fits_up_to, overflows_from)
     lb.build_time_s = time.perf_counter() - t0
     return lb
 

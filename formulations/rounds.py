@@ -164,6 +164,10 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         return _coarse_only(instance, obj, deadline, settings, incumbent, st, err)
     st.lower = float(bounds.to_go[0].min()) if bounded else None
     upper = min(st.lower * (1 + settings.delta), cap_at) if bounded else math.inf
+    if bounded and math.isinf(st.lower):
+        # the relaxation (drop_overflow) proves that every plan has a stage part that fits no
+        # device's memory cap: a round within 0 enumerates nothing and shows the caps infeasible
+        upper = 0.0
     budget, max_arcs = settings.round_budget, settings.max_arcs
     growth, prev_arcs = settings.growth, 0
     # period and memory: the label search, not the enumeration, limits a round, so the round
@@ -304,7 +308,8 @@ def _full_bounds(instance, obj, deadline, settings):
     if settings.relaxation == "auto" and deadline is not None:
         left = max(0.0, deadline - time.perf_counter())
         own = time.perf_counter() + min(left, (left + max(0.0, settings.relaxation_credit)) / 2)
-    return layout_bounds(instance, obj, deadline=own, max_options=settings.max_options, symmetry=settings.symmetry)
+    return layout_bounds(instance, obj, deadline=own, max_options=settings.max_options, symmetry=settings.symmetry,
+                         drop_overflow=True)  # the rounds' graphs leave out arcs that overflow a memory cap
 
 
 def _coarse_only(instance, obj, deadline, settings, incumbent, st: _State, why: Exception) -> Exploration:

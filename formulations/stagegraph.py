@@ -215,7 +215,8 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     if reduction not in REDUCTIONS:
         raise ValueError(f"unknown symmetry reduction {reduction!r}")
     if bounds is None or bounds.objective != objective:
-        bounds = layout_bounds(instance, objective, pr, deadline=deadline, symmetry=reduction != "none")
+        bounds = layout_bounds(instance, objective, pr, deadline=deadline, symmetry=reduction != "none",
+                               drop_overflow=drop_overflow)
     last_read = last_readers(g)
 
     src = EXTERNAL if net.source.external else net.source.device

@@ -32,15 +32,24 @@ def cmd_pareto(args) -> int:
     from milp_planner.planners import get_planner, planner_class
     from milp_planner.report.pareto import render_front, write_front
 
+    from milp_planner.planners.base import parse_option_text
+
     objectives = check_objectives(args.objectives)
     if not planner_class(args.planner).exact or args.planner == "dp":
         raise PlannerError(f"--planner: {args.planner!r} does not honour every cap with a proof; use milp, cpsat or bruteforce")
-    get_planner(args.planner)  # checked before any work
+    options = {}
+    for kv in args.option or []:
+        if "=" not in kv:
+            raise PlannerError(f"--option {kv!r}: expected KEY=VALUE")
+        k, v = kv.split("=", 1)
+        options[k.strip()] = parse_option_text(v)
+    get_planner(args.planner, **options)  # the planner and its options checked before any work
     if args.out:
         check_output_path(args.out, inputs=[resolve_instance_path(args.instance)], directory=True)
     inst = load_instance(args.instance)
     front = pareto_front(inst, objectives, planner=args.planner, time_limit=args.time_limit,
-                         max_points=args.points, reference=args.reference)
+                         max_points=args.points, reference=args.reference, planner_options=options,
+                         lexicographic=args.lexicographic)
     if args.out:
         paths = write_front(front, args.out)
     if args.json:
@@ -67,6 +76,13 @@ def add_pareto_parser(sub) -> None:
     s.add_argument("--reference", type=_reference, default=None,
                    help="hypervolume reference point in SI units (s, J, bytes), comma-separated "
                         "(default: the nadir of the points x 1.1)")
+    s.add_argument("--lexicographic", choices=("auto", "steps", "lazy"), default="auto",
+                   help="how a point is shown non-dominated: a lexicographic step after each ε-step (steps), "
+                        "the next ε-step (lazy, two objectives), or lazy when the second objective is "
+                        "period or memory (auto, the default)")
+    s.add_argument("--option", "-O", action="append", metavar="KEY=VALUE",
+                   help="option of the ε-steps' planner, e.g. memory_budget=8GB (repeatable; "
+                        "`milp-planner planners` lists them)")
     s.add_argument("--out", help="a folder for front.csv, front.json and front.png")
     s.add_argument("--json", action="store_true", help="print the front as JSON")
     s.set_defaults(func=cmd_pareto)
