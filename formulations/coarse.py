@@ -44,8 +44,8 @@ from milp_planner.instance import Instance
 from milp_planner.space.cuts import whole_model_time
 
 from formulations.options import SpaceTooLarge, StageGroup, _layouts
-from formulations.relaxation import (Coarsening, LayoutBounds, _check, _incoming_links, _layout_bounds,
-                                     _source_links)
+from formulations.relaxation import (WEIGHT_PASSES, Coarsening, LayoutBounds, _check, _incoming_links,
+                                     _layout_bounds, _source_links)
 from formulations.symmetry import DeviceTypes, device_types, order_count, type_orders
 
 #: most stage options (part layouts x orders of merged types) per layer range
@@ -61,14 +61,17 @@ _MEMO: list = []  # [(key, the objects the key names by id, LayoutBounds)], most
 def coarse_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
                   max_options: int = COARSE_OPTIONS, max_classes: int = COARSE_CLASSES,
                   deadline: float | None = None, symmetry: bool = True,
-                  grid: int | None = COARSE_GRID) -> LayoutBounds:
+                  grid: int | None = COARSE_GRID, weight_passes: int | None = None) -> LayoutBounds:
     """The coarse relaxation's cost-to-go bounds for ``objective`` (see the module): a
     ``LayoutBounds`` whose ``to_go[0].min()`` is a lower bound on every plan of the space.
 
     Raises ``TimeoutError`` past ``deadline`` (a ``time.perf_counter()`` value) and
-    ``SpaceTooLarge`` when one merged type per device count still exceeds ``max_options``."""
+    ``SpaceTooLarge`` when one merged type per device count still exceeds ``max_options``.
+    ``weight_passes``: for the period, the most weighted passes that raise ``lower`` (default
+    ``relaxation.WEIGHT_PASSES``; 0: the uniform weights only)."""
     devs = instance.devices
-    key = (objective, max_options, max_classes, grid, symmetry, id(instance.graph), id(instance.network),
+    passes = WEIGHT_PASSES if weight_passes is None else weight_passes
+    key = (objective, max_options, max_classes, grid, symmetry, passes, id(instance.graph), id(instance.network),
            instance.search, instance.dtype_bytes, tuple((d.name, id(d.compute), id(d.power), d.node) for d in devs))
     for i, (k, _, lb) in enumerate(_MEMO):
         if k == key:
@@ -84,7 +87,7 @@ def coarse_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
         groups = _MergedGroups(instance, pr, layouts, types, deadline)
         coarsening = Coarsening(main_only=True, max_classes=max_classes, types=types, grid=grid,
                                 groups=groups, links=_merged_links(instance, types), time_floor=groups.time_floor)
-    lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, coarse=coarsening)
+    lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, coarse=coarsening, passes=passes)
     _MEMO.append((key, (instance.graph, instance.network, tuple((d.compute, d.power) for d in devs)), lb))
     del _MEMO[:-2]
     return lb
@@ -92,8 +95,9 @@ def coarse_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
 
 def coarse_lower(instance: Instance, objective: str, deadline: float | None = None,
                  symmetry: bool = True) -> float:
-    """The coarse relaxation's lower bound on every plan of the space."""
-    return float(coarse_bounds(instance, objective, deadline=deadline, symmetry=symmetry).to_go[0].min())
+    """The coarse relaxation's lower bound on every plan of the space (``LayoutBounds.lower``:
+    for the period the best of its weighted passes)."""
+    return float(coarse_bounds(instance, objective, deadline=deadline, symmetry=symmetry).lower)
 
 
 class _StageLayouts:
