@@ -27,6 +27,43 @@ as over every device order, and ``build_stage_graph`` expands the orders a node 
 
 The bounds are additive floors of the objective (``stagegraph.arc_floor``): the stage time
 (latency), its energy, the mean device load (period) or the mean weight bytes (memory).
+``to_go`` holds them at every boundary: the bounded enumeration adds them to the same
+additive floors of a plan's prefix. ``LayoutBounds.lower`` is the bound on every plan: the
+least ``to_go[0]``, and for the period the best of the weighted passes below.
+
+Weighted period floors. A plan's period is ``max_d load_d`` (``load_d``: device d's compute
+and receive seconds over the plan, ``milp_planner.cost.evaluator``). For weights ``w_d >= 0``
+with ``sum_d w_d = 1``, ``max_d load_d >= sum_d w_d load_d``, and the right side is a sum over
+the plan's stages of ``sum_j w_(device of part j) (compute_j + receive_j)``: an additive floor,
+which the relaxation bounds exactly as it bounds the mean load (the uniform ``w_d = 1 / n``),
+with each part's relaxed load (its compute, the least receive from its class) priced at its
+device's weight. So every ``w`` gives a proven ``to_go[0]``; the uniform weights are the worst
+choice on heterogeneous devices (the cheapest mean load is everything on the fastest device:
+that plan's period / n). Three details keep it a proof:
+
+- a part is priced at the least weight of its device's orbit (``_priced_weights``), after
+  ``w`` is normalised to sum 1; the priced weights are equal within an orbit, so the tables'
+  one device order per sequence of orbits stays exact, and they are nowhere above ``w``, so
+  the floor stays below ``sum_d w_d load_d``. In the coarse relaxation the orbits are the
+  merged types: a part priced at its type's least compute and links is also priced at its
+  type's least weight, which is at most its real device's;
+- the dominance pruning of options compares the weighted compute and receive seconds part by
+  part (a weighted floor is their sum);
+- ``sum_d w_d load_d <= max_d load_d`` holds for a whole plan, not for its suffix next to a
+  prefix priced otherwise: the weighted tables only give ``lower``; ``to_go`` (what the
+  enumeration prunes with next to the prefix's mean load) stays the uniform one.
+
+The weights (``_weighted_period``): the fluid bound's (``milp_planner.cost.floors.
+fluid_weights``, the LP of the work spread over the devices), then multiplicative steps from
+the best weights so far towards the devices the relaxed plan of least weighted load loads most
+(a supergradient of the concave dual ``w -> min over plans of w . load``), the step halved
+after a pass that does not improve; the best bound is kept (``LayoutBounds.passes`` records
+them). A pass costs the stage floors and the backward pass again (not the classes); at most
+``WEIGHT_PASSES``, within ``WEIGHT_SHARE`` times the build and before the deadline. With every
+device interchangeable (one orbit) the uniform weights are optimal (the dual is concave and
+symmetric) and no pass runs. Memory has no weighted passes: its floor counts a stage's weight
+bytes whatever devices hold them, so a relaxed plan can put them all on the device of least
+weight, ``min_d w_d x total <= total / n``: no weights beat the uniform ones.
 
 >>> from formulations.relaxation import layout_bounds               # doctest: +SKIP
 >>> lb = layout_bounds(instance, "latency")                         # doctest: +SKIP
@@ -217,6 +254,9 @@ class Coarsening:
       order (the merged types lose which devices are distinct), or ``None``.
     - ``links``: per device, (compute W, receive W, s/byte and s/message in, s/byte and
       s/message from the source) lowered to its type's least, or ``None`` for the devices' own.
+    - ``weighted_compute``: (group, device weights) -> (options, parts) weighted compute of the
+      merged type orders, each part at its type's least weight x compute over the members
+      (weighted period floors), or ``None``: the part's weight x its compute.
     """
 
     main_only: bool = True
@@ -226,6 +266,7 @@ class Coarsening:
     links: tuple | None = None
     time_floor: Callable | None = None
     grid: int | None = 8
+    weighted_compute: Callable | None = None
 
 
 def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_options: int,
@@ -243,6 +284,7 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
     lb.classes[0][()] = 0  # the source's state is priced exactly; its class is empty
     cost = _FloorCost(instance, objective)
     cost.widened = coarse is not None and coarse.main_only and bool(coarse.grid)
+    cost.weighted_compute = coarse.weighted_compute if coarse is not None else None
     if coarse is not None and coarse.links is not None:
         cost.pc, cost.rx, cost.inv_bw, cost.lat, cost.src_inv_bw, cost.src_lat = (
             np.asarray(a, dtype=float) for a in coarse.links)
@@ -358,15 +400,20 @@ class WeightPass(NamedTuple):
     seconds: float
 
 
-def _priced_weights(lb: LayoutBounds, w) -> np.ndarray:
-    """Per device, the weight a part on it is priced at: ``w`` normalised to sum 1, then the
-    least over the device's orbit (its merged type in the coarse relaxation). The result is
-    equal within an orbit and nowhere above the normalised ``w``."""
+def _normalised(w) -> np.ndarray:
+    """``w`` (>= 0, not all 0) divided by its sum."""
     w = np.clip(np.asarray(w, dtype=float), 0.0, None)
     total = float(w.sum())
     if not np.isfinite(total) or total <= 0:
         raise ValueError("device weights must be finite, >= 0 and not all 0")
-    w = w / total
+    return w / total
+
+
+def _priced_weights(lb: LayoutBounds, w) -> np.ndarray:
+    """Per device, the weight a part on it is priced at: ``w`` normalised to sum 1, then the
+    least over the device's orbit (its merged type in the coarse relaxation). The result is
+    equal within an orbit and nowhere above the normalised ``w``."""
+    w = _normalised(w)
     out = w.copy()
     if lb.types is not None:
         for members in lb.types.orbits:
@@ -377,7 +424,7 @@ def _priced_weights(lb: LayoutBounds, w) -> np.ndarray:
 def _period_pass(lb: LayoutBounds, cost: "_FloorCost", pr: Pricer, w, collapsed, fl: int,
                  deadline: float | None, coarse: bool):
     """(bound, to go, stage floors) of the period relaxation with device weights ``w``."""
-    cost.weights = _priced_weights(lb, w)
+    cost.weights, cost.raw_weights = _priced_weights(lb, w), _normalised(w)
     try:
         best = {}
         for key, tab in lb.tables.items():
@@ -385,7 +432,7 @@ def _period_pass(lb: LayoutBounds, cost: "_FloorCost", pr: Pricer, w, collapsed,
             best[key] = _table_floors(cost, lb, pr, tab, deadline, coarse)
         to_go = _backward(lb, best, collapsed, fl, deadline)
     finally:
-        cost.weights = None
+        cost.weights = cost.raw_weights = None
     return float(to_go[0].min()), to_go, best
 
 
@@ -413,20 +460,21 @@ def _weighted_period(lb: LayoutBounds, instance: Instance, cost: "_FloorCost", p
     interchangeable: the uniform weights are optimal (the dual is concave and symmetric)."""
     from milp_planner.cost.floors import fluid_weights
 
-    if lb.types is None or len(lb.types.orbits) <= 1:
+    orbits = device_types(instance, True).orbits  # the devices interchangeable in every cost
+    if len(orbits) <= 1:
         return
     n_dev = len(instance.devices)
     uniform = np.full(n_dev, 1.0 / n_dev)
 
     def loads_of(w, to_go, floors):
-        cost.weights = _priced_weights(lb, w)
+        cost.weights, cost.raw_weights = _priced_weights(lb, w), _normalised(w)
         try:
             return _path_loads(lb, cost, pr, floors, to_go, collapsed, fl)
         finally:
-            cost.weights = None
+            cost.weights = cost.raw_weights = None
 
     start = fluid_weights(instance)
-    w = _orbit_mean(lb, uniform if start is None else np.asarray(start, dtype=float))
+    w = _orbit_mean(orbits, uniform if start is None else np.asarray(start, dtype=float))
     best = None  # (weights, bound, to go, floors)
     step, last = STEP, None
     began = time.perf_counter()
@@ -455,15 +503,16 @@ def _weighted_period(lb: LayoutBounds, instance: Instance, cost: "_FloorCost", p
         top = float(loads.max())
         if top <= 0:
             break
-        w = _orbit_mean(lb, best[0] * np.exp(step * loads / top))
+        w = _orbit_mean(orbits, best[0] * np.exp(step * loads / top))
     if best is not None and best[1] > lb.lower:
         lb.lower, lb.weights = best[1], best[0]
 
 
-def _orbit_mean(lb: LayoutBounds, w: np.ndarray) -> np.ndarray:
-    """``w`` averaged over each orbit, normalised to sum 1."""
+def _orbit_mean(orbits, w: np.ndarray) -> np.ndarray:
+    """``w`` averaged over each orbit of interchangeable devices, normalised to sum 1 (by
+    symmetry and concavity no worse a dual point)."""
     w = np.clip(np.asarray(w, dtype=float), 0.0, None).copy()
-    for members in lb.types.orbits:
+    for members in orbits:
         w[list(members)] = w[list(members)].mean()
     return w / w.sum()
 
@@ -505,6 +554,8 @@ class _FloorCost:
     CHUNK = 1024  # read layouts priced at once
     widened = False  # the coarse relaxation's widened layouts (``Coarsening.grid``)
     weights = None  # period: per device, the weight its load is priced at (None: 1 / devices)
+    raw_weights = None  # period: the weights normalised, before the least over each orbit
+    weighted_compute = None  # ``Coarsening.weighted_compute``
     MAX_PAIRWISE = 5e7  # largest (options of an exit)^2 x values compared for dominance
     MAX_ELEMENTS = 3e7  # largest array of received seconds (layouts x regions x devices x options)
 
@@ -532,6 +583,8 @@ class _FloorCost:
         starts = np.flatnonzero(np.r_[True, np.diff(tab.head[order]) != 0])
         exit_ids = tab.head[order][starts]
         terms = self._terms(lb, pr, tab, read_keys, deadline, first)
+        if self.objective == "period" and self.weights is not None:
+            comp = self._weighted_comp(tab, devices, comp, mask)  # the floor's compute term, part by part
         tf = None
         if tab.time_floor is not None and self.objective == "latency":
             tf = tab.time_floor[tab.group]
@@ -569,6 +622,18 @@ class _FloorCost:
                 out[lo:hi][:, exit_ids] = least(rr)
         return out * (1 - SAFE)
 
+    def _weighted_comp(self, tab: StageTable, devices, comp, mask) -> np.ndarray:
+        """(options, parts): each part's compute priced at its device's weight, or with merged
+        types at the least weight x compute over its type's members."""
+        if self.weighted_compute is None:
+            return self.weights[devices] * comp * mask
+        out = np.zeros_like(comp)
+        per_group = [self.weighted_compute(grp, self.raw_weights) for grp in tab.groups]
+        for gi, arr in enumerate(per_group):
+            rows = np.flatnonzero(tab.group == gi)
+            out[rows, :arr.shape[1]] = arr[tab.perm[rows]]
+        return out
+
     def option_loads(self, lb: LayoutBounds, pr: Pricer, tab: StageTable, read_key: tuple, exit: int) -> np.ndarray:
         """Per device, the relaxed load (compute + least receive from the read layouts
         ``read_key``) of the option of exit ``exit`` whose weighted floor is least."""
@@ -576,12 +641,17 @@ class _FloorCost:
         rr = np.zeros(comp.shape[::-1])  # (parts, options)
         for r_t, which in self._terms(lb, pr, tab, [read_key], None, tab.first):
             rr += r_t[:, which[0], :]
-        load = (comp + rr.T) * mask
-        f = (self.weights[devices] * load).sum(axis=1)
+        f = (self._weighted_comp(tab, devices, comp, mask) + self.weights[devices] * rr.T * mask).sum(axis=1)
         cand = np.flatnonzero(tab.head == exit)
-        o = cand[int(np.argmin(f[cand]))]
+        o = int(cand[int(np.argmin(f[cand]))])
+        devs, load = devices[o], (comp[o] + rr[:, o]) * mask[o]
+        if self.weighted_compute is not None:  # merged types: the member its weighted compute is least on
+            grp = tab.groups[tab.group[o]]
+            _, who, there = self.weighted_compute(grp, self.raw_weights, members=True)
+            k = len(grp.geos)
+            devs, load = who[tab.perm[o]], there[tab.perm[o]] + rr[:k, o]
         out = np.zeros(len(self.pc))
-        np.add.at(out, devices[o], load[o])
+        np.add.at(out, devs, load[:len(devs)])
         return out
 
     def _terms(self, lb: LayoutBounds, pr: Pricer, tab: StageTable, read_keys: list[tuple],
@@ -621,7 +691,7 @@ class _FloorCost:
         O = len(order)
         energy = self.objective == "energy"
         weighted = self.objective == "period" and self.weights is not None
-        cw = self.pc if energy else self.weights if weighted else None  # per device: compute's price
+        cw = self.pc if energy else None  # per device: compute's price (weighted period: in ``comp``)
         rw = self.rx if energy else self.weights if weighted else None  # and a received second's
         cols = [cw[devices] * comp if cw is not None else comp]
         if tf is not None:  # a larger stage-time floor is worse too
@@ -706,9 +776,9 @@ class _FloorCost:
         if obj == "energy":
             return (self.pc[devices] * comp * mask).sum(axis=1)[None] + (self.rx[devices].T[:, None, :] * rr).sum(axis=0)
         if obj == "period":
-            if self.weights is not None:  # sum_d w_d load_d (``weighted period floors``)
+            if self.weights is not None:  # sum_d w_d load_d (``weighted period floors``; comp is weighted)
                 w = self.weights[devices].astype(np.float32) * mask
-                return (w * comp).sum(axis=1)[None] + (w.T[:, None, :] * rr).sum(axis=0)
+                return comp.sum(axis=1)[None] + (w.T[:, None, :] * rr).sum(axis=0)
             return (comp.sum(axis=1)[None] + rr.sum(axis=0)) / self.n_dev
         w = np.array([sum(groups[gi].weights) / self.n_dev for gi in group])
         return np.broadcast_to(w[None], rr.shape[1:])
