@@ -45,13 +45,20 @@ that plan's period / n). Three details keep it a proof:
   ``w`` is normalised to sum 1; the priced weights are equal within an orbit, so the tables'
   one device order per sequence of orbits stays exact, and they are nowhere above ``w``, so
   the floor stays below ``sum_d w_d load_d``. In the coarse relaxation the orbits are the
-  merged types: a part priced at its type's least compute and links is also priced at its
-  type's least weight, which is at most its real device's;
+  merged types: a part's receive seconds (already its type's least) are priced at its type's
+  least weight, and its compute at the least over the type's members of ``w_d x`` its compute
+  on d (``Coarsening.weighted_compute``), both at most what the device the plan uses pays;
 - the dominance pruning of options compares the weighted compute and receive seconds part by
   part (a weighted floor is their sum);
 - ``sum_d w_d load_d <= max_d load_d`` holds for a whole plan, not for its suffix next to a
   prefix priced otherwise: the weighted tables only give ``lower``; ``to_go`` (what the
   enumeration prunes with next to the prefix's mean load) stays the uniform one.
+
+What it can reach: a plan that runs the whole model on one device d has no transfers but the
+source's and the gather, so for any ``w`` the bound is at most ``min_d w_d x`` (that plan's
+load), whose best over ``w`` is the fluid bound of the whole model (``1 / sum_d 1 / T_d``).
+The weighted bound lifts the relaxation to about the fluid bound plus the communication no
+plan avoids; it cannot close a gap that comes from the max (stages that cannot be balanced).
 
 The weights (``_weighted_period``): the fluid bound's (``milp_planner.cost.floors.
 fluid_weights``, the LP of the work spread over the devices), then multiplicative steps from
@@ -476,7 +483,7 @@ def _weighted_period(lb: LayoutBounds, instance: Instance, cost: "_FloorCost", p
     start = fluid_weights(instance)
     w = _orbit_mean(orbits, uniform if start is None else np.asarray(start, dtype=float))
     best = None  # (weights, bound, to go, floors)
-    step, last = STEP, None
+    step, last, misses = STEP, None, 0
     began = time.perf_counter()
     share = max(0.5, WEIGHT_SHARE * (began - t0))
     for it in range(passes):
@@ -494,10 +501,10 @@ def _weighted_period(lb: LayoutBounds, instance: Instance, cost: "_FloorCost", p
             if lb.lower > bound:
                 best = (uniform, lb.lower, lb.to_go, {k: t.best for k, t in lb.tables.items()})
         elif bound > best[1]:
-            best = (w, bound, to_go, floors)
+            best, misses = (w, bound, to_go, floors), 0
         else:
-            step /= 2
-        if it == passes - 1:
+            step, misses = step / 2, misses + 1
+        if it == passes - 1 or misses == 2:  # two steps in a row without a gain: near the best
             break
         loads = loads_of(best[0], best[2], best[3])
         top = float(loads.max())
