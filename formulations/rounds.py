@@ -158,10 +158,8 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
                 raise SpaceTimeout(None) from None
             raise
         return _coarse_only(instance, obj, deadline, settings, incumbent, st, err)
-    # (period: ``lower`` is the best weighted pass's bound; the rounds still start from the
-    # additive floors' bound, the one their enumeration prunes with)
-    st.lower = float(bounds.lower) if bounded else None
-    upper = min(float(bounds.to_go[0].min()) * (1 + settings.delta), cap_at) if bounded else math.inf
+    st.lower = float(bounds.lower) if bounded else None  # period: the best weighted pass's bound
+    upper = min(st.lower * (1 + settings.delta), cap_at) if bounded else math.inf
     budget, max_arcs = settings.round_budget, settings.max_arcs
     growth, prev_arcs = settings.growth, 0
     # period and memory: the label search, not the enumeration, limits a round, so the round
