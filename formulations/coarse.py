@@ -28,6 +28,13 @@ stage's floor, so ``to_go[0].min()`` stays a lower bound on every plan of the sp
   smallest, over the devices, of the least compute of any of its k parts there (the k parts
   sit on k distinct devices), which merging would otherwise forget.
 
+- *Weighted period floors* (``formulations.relaxation``): for the period the backward pass is
+  run again with device weights ``w`` (summing to 1), each part priced at the least weight of
+  its (merged) type. A plan's stage on devices ``d_1..d_k`` maps to the merged order whose
+  floor prices part j at most at ``w_(d_j) x`` (its least relaxed load), so the weighted floor
+  of the plan is at most ``sum_d w_d load_d <= max_d load_d``, its period. ``lower`` is the
+  best of these passes (``coarse_lower`` returns it).
+
 The coarse bounds only bound (``bound_source`` ``coarse``); they do not drive the bounded
 enumeration, whose pruning needs the exact states' classes.
 
@@ -44,8 +51,8 @@ from milp_planner.instance import Instance
 from milp_planner.space.cuts import whole_model_time
 
 from formulations.options import SpaceTooLarge, StageGroup, _layouts
-from formulations.relaxation import (Coarsening, LayoutBounds, _check, _incoming_links, _layout_bounds,
-                                     _source_links)
+from formulations.relaxation import (WEIGHT_PASSES, Coarsening, LayoutBounds, _check, _incoming_links,
+                                     _layout_bounds, _source_links)
 from formulations.symmetry import DeviceTypes, device_types, order_count, type_orders
 
 #: most stage options (part layouts x orders of merged types) per layer range
@@ -61,14 +68,17 @@ _MEMO: list = []  # [(key, the objects the key names by id, LayoutBounds)], most
 def coarse_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
                   max_options: int = COARSE_OPTIONS, max_classes: int = COARSE_CLASSES,
                   deadline: float | None = None, symmetry: bool = True,
-                  grid: int | None = COARSE_GRID) -> LayoutBounds:
+                  grid: int | None = COARSE_GRID, weight_passes: int | None = None) -> LayoutBounds:
     """The coarse relaxation's cost-to-go bounds for ``objective`` (see the module): a
     ``LayoutBounds`` whose ``to_go[0].min()`` is a lower bound on every plan of the space.
 
     Raises ``TimeoutError`` past ``deadline`` (a ``time.perf_counter()`` value) and
-    ``SpaceTooLarge`` when one merged type per device count still exceeds ``max_options``."""
+    ``SpaceTooLarge`` when one merged type per device count still exceeds ``max_options``.
+    ``weight_passes``: for the period, the most weighted passes that raise ``lower`` (default
+    ``relaxation.WEIGHT_PASSES``; 0: the uniform weights only)."""
     devs = instance.devices
-    key = (objective, max_options, max_classes, grid, symmetry, id(instance.graph), id(instance.network),
+    passes = WEIGHT_PASSES if weight_passes is None else weight_passes
+    key = (objective, max_options, max_classes, grid, symmetry, passes, id(instance.graph), id(instance.network),
            instance.search, instance.dtype_bytes, tuple((d.name, id(d.compute), id(d.power), d.node) for d in devs))
     for i, (k, _, lb) in enumerate(_MEMO):
         if k == key:
@@ -83,8 +93,9 @@ def coarse_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
     else:
         groups = _MergedGroups(instance, pr, layouts, types, deadline)
         coarsening = Coarsening(main_only=True, max_classes=max_classes, types=types, grid=grid,
-                                groups=groups, links=_merged_links(instance, types), time_floor=groups.time_floor)
-    lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, coarse=coarsening)
+                                groups=groups, links=_merged_links(instance, types), time_floor=groups.time_floor,
+                                weighted_compute=groups.weighted_compute)
+    lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, coarse=coarsening, passes=passes)
     _MEMO.append((key, (instance.graph, instance.network, tuple((d.compute, d.power) for d in devs)), lb))
     del _MEMO[:-2]
     return lb
@@ -92,8 +103,9 @@ def coarse_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
 
 def coarse_lower(instance: Instance, objective: str, deadline: float | None = None,
                  symmetry: bool = True) -> float:
-    """The coarse relaxation's lower bound on every plan of the space."""
-    return float(coarse_bounds(instance, objective, deadline=deadline, symmetry=symmetry).to_go[0].min())
+    """The coarse relaxation's lower bound on every plan of the space (``LayoutBounds.lower``:
+    for the period the best of its weighted passes)."""
+    return float(coarse_bounds(instance, objective, deadline=deadline, symmetry=symmetry).lower)
 
 
 class _StageLayouts:
@@ -188,6 +200,7 @@ class _MergedGroups:
         self.instance, self.pr, self.layouts, self.types, self.deadline = instance, pr, layouts, types, deadline
         self.orders: dict[int, tuple] = {}
         self._floors: dict[int, float] = {}  # id(group) -> its stage-time floor (the group is kept alive below)
+        self._per_dev: dict[int, np.ndarray] = {}  # id(group) -> (devices, parts) compute of each part on each device
         self._alive: list = []
         self._layer: dict = {}  # (layer, fraction, axis) -> its time on every device
 
@@ -207,6 +220,26 @@ class _MergedGroups:
         """A floor of the longest part's compute of ``group`` on any k distinct devices: the
         k-th smallest, over the devices, of the least compute of any of its parts there."""
         return self._floors[id(group)]
+
+    def weighted_compute(self, group: StageGroup, w: np.ndarray, members: bool = False):
+        """(options, parts): each part of ``group``'s type orders priced at the least, over the
+        devices of its merged type, of ``w_d`` x its compute on d (at most the weighted compute
+        on whichever member the plan uses). With ``members`` also (options, parts): the
+        member that attains it and (options, parts) its compute there."""
+        per_dev = self._per_dev[id(group)]
+        pd = w[:, None] * per_dev  # (devices, parts)
+        low = pd.copy()
+        arg = np.repeat(np.arange(len(w))[:, None], pd.shape[1], axis=1)
+        for mem in self.types.orbits:
+            mem = list(mem)
+            low[mem] = pd[mem].min(axis=0)
+            arg[mem] = np.asarray(mem)[pd[mem].argmin(axis=0)]
+        k = pd.shape[1]
+        idx = (self.orders[k][1], np.arange(k)[None, :])
+        if not members:
+            return low[idx]
+        who = arg[idx]
+        return low[idx], who, per_dev[who, np.arange(k)[None, :]]
 
     def __call__(self, b: int, e: int) -> list[StageGroup]:
         pr, n_dev = self.pr, len(self.instance.devices)
@@ -238,6 +271,7 @@ class _MergedGroups:
             # the k parts sit on k distinct devices: one of them is no faster than the k-th
             least = np.sort(np.min(np.stack([c[4] for c in cols], axis=1), axis=1))
             self._floors[id(grp)] = float(least[k - 1]) * (1 - 1e-12)
+            self._per_dev[id(grp)] = np.stack([c[4] for c in cols], axis=1)
             self._alive.append(grp)
             out.append(grp)
         return out

@@ -27,6 +27,50 @@ as over every device order, and ``build_stage_graph`` expands the orders a node 
 
 The bounds are additive floors of the objective (``stagegraph.arc_floor``): the stage time
 (latency), its energy, the mean device load (period) or the mean weight bytes (memory).
+``to_go`` holds them at every boundary: the bounded enumeration adds them to the same
+additive floors of a plan's prefix. ``LayoutBounds.lower`` is the bound on every plan: the
+least ``to_go[0]``, and for the period the best of the weighted passes below.
+
+Weighted period floors. A plan's period is ``max_d load_d`` (``load_d``: device d's compute
+and receive seconds over the plan, ``milp_planner.cost.evaluator``). For weights ``w_d >= 0``
+with ``sum_d w_d = 1``, ``max_d load_d >= sum_d w_d load_d``, and the right side is a sum over
+the plan's stages of ``sum_j w_(device of part j) (compute_j + receive_j)``: an additive floor,
+which the relaxation bounds exactly as it bounds the mean load (the uniform ``w_d = 1 / n``),
+with each part's relaxed load (its compute, the least receive from its class) priced at its
+device's weight. So every ``w`` gives a proven ``to_go[0]``; the uniform weights are the worst
+choice on heterogeneous devices (the cheapest mean load is everything on the fastest device:
+that plan's period / n). Three details keep it a proof:
+
+- a part is priced at the least weight of its device's orbit (``_priced_weights``), after
+  ``w`` is normalised to sum 1; the priced weights are equal within an orbit, so the tables'
+  one device order per sequence of orbits stays exact, and they are nowhere above ``w``, so
+  the floor stays below ``sum_d w_d load_d``. In the coarse relaxation the orbits are the
+  merged types: a part's receive seconds (already its type's least) are priced at its type's
+  least weight, and its compute at the least over the type's members of ``w_d x`` its compute
+  on d (``Coarsening.weighted_compute``), both at most what the device the plan uses pays;
+- the dominance pruning of options compares the weighted compute and receive seconds part by
+  part (a weighted floor is their sum);
+- ``sum_d w_d load_d <= max_d load_d`` holds for a whole plan, not for its suffix next to a
+  prefix priced otherwise: the weighted tables only give ``lower``; ``to_go`` (what the
+  enumeration prunes with next to the prefix's mean load) stays the uniform one.
+
+What it can reach: a plan that runs the whole model on one device d has no transfers but the
+source's and the gather, so for any ``w`` the bound is at most ``min_d w_d x`` (that plan's
+load), whose best over ``w`` is the fluid bound of the whole model (``1 / sum_d 1 / T_d``).
+The weighted bound lifts the relaxation to about the fluid bound plus the communication no
+plan avoids; it cannot close a gap that comes from the max (stages that cannot be balanced).
+
+The weights (``_weighted_period``): the fluid bound's (``milp_planner.cost.floors.
+fluid_weights``, the LP of the work spread over the devices), then multiplicative steps from
+the best weights so far towards the devices the relaxed plan of least weighted load loads most
+(a supergradient of the concave dual ``w -> min over plans of w . load``), the step halved
+after a pass that does not improve; the best bound is kept (``LayoutBounds.passes`` records
+them). A pass costs the stage floors and the backward pass again (not the classes); at most
+``WEIGHT_PASSES``, within ``WEIGHT_SHARE`` times the build and before the deadline. With every
+device interchangeable (one orbit) the uniform weights are optimal (the dual is concave and
+symmetric) and no pass runs. Memory has no weighted passes: its floor counts a stage's weight
+bytes whatever devices hold them, so a relaxed plan can put them all on the device of least
+weight, ``min_d w_d x total <= total / n``: no weights beat the uniform ones.
 
 >>> from formulations.relaxation import layout_bounds               # doctest: +SKIP
 >>> lb = layout_bounds(instance, "latency")                         # doctest: +SKIP
@@ -36,8 +80,8 @@ The bounds are additive floors of the objective (``stagegraph.arc_floor``): the 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -66,6 +110,10 @@ class StageTable:
     read_of: np.ndarray | None = None  # class at first -> index of the layouts the stage reads
     best: np.ndarray | None = None  # (read layouts, exits): least floor of an option with that exit
     time_floor: np.ndarray | None = None  # per group: a floor of its stage time (coarse relaxation), or None
+    read_keys: list | None = None  # the read layouts ``best``'s rows are priced from
+    first: bool = False  # the stage starts at the source's state (it receives the graph's inputs)
+    free: bool = False  # too many layouts to price: every row read free (coarse relaxation)
+    dead: bool = False  # no layout fits the memory caps (``drop_overflow``): infinite floors
     _flat: tuple | None = None
 
     def flat(self):
@@ -112,7 +160,13 @@ class LayoutBounds:
     # filtered) and the range of caps that filter the same groups out (``overflow_cap``)
     overflow_cap: float | None = None
     overflow_range: tuple[float, float] = (0.0, float("inf"))
+    lower: float = 0.0  # a lower bound on the objective of every plan (see ``weighted period floors``)
+    weights: np.ndarray | None = None  # period: the device weights of ``lower`` (None: uniform)
+    passes: list = field(default_factory=list)  # period: a ``WeightPass`` per weighted pass
     _skip: frozenset = frozenset()
+    _cost: object = None  # the floors' pricing (weighted passes after the build)
+    _collapsed: list = field(default_factory=list)  # boundaries whose classes were priced as the empty one
+    _coarse: bool = False
 
     def layout_id(self, t: str, regions) -> int:
         """The id of tensor ``t``'s layout ``regions`` (any order), registered if new."""
@@ -180,13 +234,15 @@ def part_need(grp: StageGroup) -> int:
 
 def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
                   max_options: int = 200_000, deadline: float | None = None,
-                  symmetry: bool = True, drop_overflow: bool = False) -> LayoutBounds:
+                  symmetry: bool = True, drop_overflow: bool = False,
+                  weight_passes: int | None = None) -> LayoutBounds:
     """The relaxation's classes and cost-to-go bounds for ``objective``.
 
     With ``symmetry`` the tables list one device order per sequence of device types
     (``LayoutBounds.types``); without it, every device order. Raises ``SpaceTooLarge`` when
     one stage has more than ``max_options`` options and ``TimeoutError`` past ``deadline`` (a
-    ``time.perf_counter()`` value).
+    ``time.perf_counter()`` value). ``weight_passes``: for the period, the most weighted passes
+    that raise ``LayoutBounds.lower`` (default ``WEIGHT_PASSES``; 0: the uniform weights only).
 
     The bounds depend on the graph, the devices' cost models and power, the network and the
     search space, not on the caps: the last two are remembered, so the ε-steps of a Pareto
@@ -201,14 +257,15 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
     out the same layouts."""
     devs = instance.devices
     cap = overflow_cap(instance) if drop_overflow else None
-    key = (objective, max_options, symmetry, id(instance.graph), id(instance.network), instance.search,
+    passes = WEIGHT_PASSES if weight_passes is None else weight_passes
+    key = (objective, max_options, symmetry, passes, id(instance.graph), id(instance.network), instance.search,
            instance.dtype_bytes, tuple((d.name, id(d.compute), id(d.power), d.node) for d in devs),
            cap is not None)
     for i, (k, _, lb) in enumerate(_MEMO):
         if k == key and (cap is None or lb.overflow_range[0] <= cap < lb.overflow_range[1]):
             _MEMO.append(_MEMO.pop(i))
             return lb
-    lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, overflow=cap)
+    lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, overflow=cap, passes=passes)
     # the objects named by id stay referenced, so their ids are not reused while remembered
     _MEMO.append((key, (instance.graph, instance.network, tuple((d.compute, d.power) for d in devs)), lb))
     del _MEMO[:-_MEMO_SIZE]
@@ -233,6 +290,9 @@ class Coarsening:
       order (the merged types lose which devices are distinct), or ``None``.
     - ``links``: per device, (compute W, receive W, s/byte and s/message in, s/byte and
       s/message from the source) lowered to its type's least, or ``None`` for the devices' own.
+    - ``weighted_compute``: (group, device weights) -> (options, parts) weighted compute of the
+      merged type orders, each part at its type's least weight x compute over the members
+      (weighted period floors), or ``None``: the part's weight x its compute.
     """
 
     main_only: bool = True
@@ -242,11 +302,12 @@ class Coarsening:
     links: tuple | None = None
     time_floor: Callable | None = None
     grid: int | None = 8
+    weighted_compute: Callable | None = None
 
 
 def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_options: int,
                    deadline: float | None, symmetry: bool, coarse: Coarsening | None = None,
-                   overflow: float | None = None) -> LayoutBounds:
+                   overflow: float | None = None, passes: int = 0) -> LayoutBounds:
     t0 = time.perf_counter()
     pr = pr or pricer(instance)
     g = instance.graph
@@ -260,6 +321,7 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
     lb.classes[0][()] = 0  # the source's state is priced exactly; its class is empty
     cost = _FloorCost(instance, objective)
     cost.widened = coarse is not None and coarse.main_only and bool(coarse.grid)
+    cost.weighted_compute = coarse.weighted_compute if coarse is not None else None
     if coarse is not None and coarse.links is not None:
         cost.pc, cost.rx, cost.inv_bw, cost.lat, cost.src_inv_bw, cost.src_lat = (
             np.asarray(a, dtype=float) for a in coarse.links)
@@ -316,34 +378,220 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
                                     for key in _checked(keys, deadline)], dtype=np.int64)
             nxt = lb.classes[e + 1]
             tab.merged = _merge_classes(nxt, tab.exits, list(carries), deadline)
-            if coarse is None:
-                tab.best = cost.least_floors(lb, pr, tab, list(read_keys), deadline, first=b == 0)
-                if dead:
-                    tab.best = np.full_like(tab.best, np.inf)
-            else:
-                try:
-                    tab.best = cost.least_floors(lb, pr, tab, list(read_keys), deadline, first=b == 0)
-                except SpaceTooLarge:  # too many layouts to price: read free from every class
-                    free = cost.least_floors(lb, pr, tab, [()], deadline, first=b == 0)
-                    tab.best = np.repeat(free, len(read_keys), axis=0)
+            tab.read_keys, tab.first, tab.dead = list(read_keys), b == 0, dead
+            tab.best = _table_floors(cost, lb, pr, tab, deadline, coarse is not None)
             lb.tables[(b, e)] = tab
 
-    lb.to_go = [None] * (n + 1)
-    lb.to_go[n] = np.zeros(len(lb.classes[n]))
-    for b in range(n - 1, -1, -1):
-        _check(deadline)
-        best = np.full(len(lb.classes[b]), np.inf)
-        for e in range(b, min(n, b + fl)):
-            tab = lb.tables[(b, e)]
-            rest = lb.to_go[e + 1][tab.merged]  # (exits, carries)
-            if collapsed[b]:  # one priced row (the empty class), every class bounded by it
-                best = np.minimum(best, (tab.best[tab.read_of] + rest[:, tab.carry_of].T).min(axis=1).min())
-            else:
-                best = np.minimum(best, (tab.best[tab.read_of] + rest[:, tab.carry_of].T).min(axis=1))
-        lb.to_go[b] = best
+    lb.to_go = _backward(lb, {k: tab.best for k, tab in lb.tables.items()}, collapsed, fl, deadline)
     lb.overflow_range = (fits_up_to, overflows_from)
+    lb._cost, lb._collapsed, lb._coarse = cost, collapsed, coarse is not None
+    lb.lower = float(lb.to_go[0].min())
+    if objective == "period" and passes > 0:
+        _weighted_period(lb, instance, cost, pr, collapsed, fl, deadline, passes, t0)
     lb.build_time_s = time.perf_counter() - t0
     return lb
+
+
+def _table_floors(cost: "_FloorCost", lb: LayoutBounds, pr: Pricer, tab: StageTable, deadline: float | None,
+                  coarse: bool) -> np.ndarray:
+    """``tab.best`` under ``cost``'s weights: the least floor per (read layouts, exit). The
+    coarse relaxation reads free from every class a stage too large to price (``tab.free``); a
+    stage none of whose layouts fits the memory caps (``tab.dead``) has infinite floors."""
+    if tab.dead:
+        return np.full_like(_table_floors(cost, lb, pr, replace(tab, dead=False), deadline, coarse), np.inf)
+    if tab.free:
+        free = cost.least_floors(lb, pr, tab, [()], deadline, first=tab.first)
+        return np.repeat(free, len(tab.read_keys), axis=0)
+    if not coarse:
+        return cost.least_floors(lb, pr, tab, tab.read_keys, deadline, first=tab.first)
+    try:
+        return cost.least_floors(lb, pr, tab, tab.read_keys, deadline, first=tab.first)
+    except SpaceTooLarge:  # too many layouts to price: read free from every class
+        tab.free = True
+        return _table_floors(cost, lb, pr, tab, deadline, coarse)
+
+
+def _backward(lb: LayoutBounds, best: dict, collapsed: list[bool], fl: int, deadline: float | None) -> list:
+    """The cost to go per boundary and class from the stages' least floors ``best`` ((first,
+    last) -> (read layouts, exits))."""
+    n = lb.n_layers
+    to_go = [None] * (n + 1)
+    to_go[n] = np.zeros(len(lb.classes[n]))
+    for b in range(n - 1, -1, -1):
+        _check(deadline)
+        out = np.full(len(lb.classes[b]), np.inf)
+        for e in range(b, min(n, b + fl)):
+            tab = lb.tables[(b, e)]
+            rest = to_go[e + 1][tab.merged]  # (exits, carries)
+            if collapsed[b]:  # one priced row (the empty class), every class bounded by it
+                out = np.minimum(out, (best[(b, e)][tab.read_of] + rest[:, tab.carry_of].T).min(axis=1).min())
+            else:
+                out = np.minimum(out, (best[(b, e)][tab.read_of] + rest[:, tab.carry_of].T).min(axis=1))
+        to_go[b] = out
+    return to_go
+
+
+# --- weighted period floors ------------------------------------------------------------------
+
+#: most weighted passes (one relaxation's floors and backward pass each) for the period
+WEIGHT_PASSES = 8
+#: the weighted passes stop once they took this many times the relaxation's own build
+WEIGHT_SHARE = 2.0
+#: the first multiplicative step: the most loaded device's weight grows by up to exp(STEP)
+STEP = 0.3
+
+
+class WeightPass(NamedTuple):
+    """One weighted pass of the period relaxation: its device weights, its bound, its seconds."""
+
+    weights: tuple[float, ...]
+    bound: float
+    seconds: float
+
+
+def _normalised(w) -> np.ndarray:
+    """``w`` (>= 0, not all 0) divided by its sum."""
+    w = np.clip(np.asarray(w, dtype=float), 0.0, None)
+    total = float(w.sum())
+    if not np.isfinite(total) or total <= 0:
+        raise ValueError("device weights must be finite, >= 0 and not all 0")
+    return w / total
+
+
+def _priced_weights(lb: LayoutBounds, w) -> np.ndarray:
+    """Per device, the weight a part on it is priced at: ``w`` normalised to sum 1, then the
+    least over the device's orbit (its merged type in the coarse relaxation). The result is
+    equal within an orbit and nowhere above the normalised ``w``."""
+    w = _normalised(w)
+    out = w.copy()
+    if lb.types is not None:
+        for members in lb.types.orbits:
+            out[list(members)] = w[list(members)].min()
+    return out
+
+
+def _period_pass(lb: LayoutBounds, cost: "_FloorCost", pr: Pricer, w, collapsed, fl: int,
+                 deadline: float | None, coarse: bool):
+    """(bound, to go, stage floors) of the period relaxation with device weights ``w``."""
+    cost.weights, cost.raw_weights = _priced_weights(lb, w), _normalised(w)
+    try:
+        best = {}
+        for key, tab in lb.tables.items():
+            _check(deadline)
+            best[key] = _table_floors(cost, lb, pr, tab, deadline, coarse)
+        to_go = _backward(lb, best, collapsed, fl, deadline)
+    finally:
+        cost.weights = cost.raw_weights = None
+    return float(to_go[0].min()), to_go, best
+
+
+def weighted_period_bound(lb: LayoutBounds, instance: Instance, w, pr: Pricer | None = None,
+                          deadline: float | None = None) -> float:
+    """The period relaxation's bound with device weights ``w`` (any ``w >= 0``, normalised to
+    sum 1; priced at the least weight of each orbit): a lower bound on every plan's period.
+    ``lb`` is a period ``LayoutBounds`` (full or coarse) of ``instance``."""
+    if lb.objective != "period":
+        raise ValueError("weighted bounds are period bounds")
+    pr = pr or pricer(instance)
+    cost = lb._cost
+    fl = max(1, instance.search.fusion_limit)
+    return _period_pass(lb, cost, pr, w, lb._collapsed, fl, deadline, lb._coarse)[0]
+
+
+def _weighted_period(lb: LayoutBounds, instance: Instance, cost: "_FloorCost", pr: Pricer, collapsed,
+                     fl: int, deadline: float | None, passes: int, t0: float) -> None:
+    """Raise ``lb.lower`` by weighted passes: the fluid bound's weights first, then
+    multiplicative steps from the best weights so far towards the devices the cheapest relaxed
+    plan loads most (a supergradient of the concave dual ``w -> min over plans of sum_d w_d
+    load_d``), the step halved after a pass that does not improve. A pass that would end past
+    ``deadline`` or take the passes past ``WEIGHT_SHARE`` times the build (begun at ``t0``)
+    is not started; one that runs out of time is dropped. All devices
+    interchangeable: the uniform weights are optimal (the dual is concave and symmetric)."""
+    from milp_planner.cost.floors import fluid_weights
+
+    orbits = device_types(instance, True).orbits  # the devices interchangeable in every cost
+    if len(orbits) <= 1:
+        return
+    n_dev = len(instance.devices)
+    uniform = np.full(n_dev, 1.0 / n_dev)
+
+    def loads_of(w, to_go, floors):
+        cost.weights, cost.raw_weights = _priced_weights(lb, w), _normalised(w)
+        try:
+            return _path_loads(lb, cost, pr, floors, to_go, collapsed, fl)
+        finally:
+            cost.weights = cost.raw_weights = None
+
+    start = fluid_weights(instance)
+    w = _orbit_mean(orbits, uniform if start is None else np.asarray(start, dtype=float))
+    best = None  # (weights, bound, to go, floors)
+    step, last, misses = STEP, None, 0
+    began = time.perf_counter()
+    share = max(0.5, WEIGHT_SHARE * (began - t0))
+    for it in range(passes):
+        now = time.perf_counter()
+        if last is not None and (now + last > began + share or (deadline is not None and now + last > deadline)):
+            break
+        try:
+            bound, to_go, floors = _period_pass(lb, cost, pr, w, collapsed, fl, deadline, lb._coarse)
+        except TimeoutError:
+            break
+        last = time.perf_counter() - now
+        lb.passes.append(WeightPass(tuple(float(x) for x in w), bound, last))
+        if best is None:  # the better of the fluid weights and the uniform ones (the tables')
+            best = (w, bound, to_go, floors)
+            if lb.lower > bound:
+                best = (uniform, lb.lower, lb.to_go, {k: t.best for k, t in lb.tables.items()})
+        elif bound > best[1]:
+            best, misses = (w, bound, to_go, floors), 0
+        else:
+            step, misses = step / 2, misses + 1
+        if it == passes - 1 or misses == 2:  # two steps in a row without a gain: near the best
+            break
+        loads = loads_of(best[0], best[2], best[3])
+        top = float(loads.max())
+        if top <= 0:
+            break
+        w = _orbit_mean(orbits, best[0] * np.exp(step * loads / top))
+    if best is not None and best[1] > lb.lower:
+        lb.lower, lb.weights = best[1], best[0]
+
+
+def _orbit_mean(orbits, w: np.ndarray) -> np.ndarray:
+    """``w`` averaged over each orbit of interchangeable devices, normalised to sum 1 (by
+    symmetry and concavity no worse a dual point)."""
+    w = np.clip(np.asarray(w, dtype=float), 0.0, None).copy()
+    for members in orbits:
+        w[list(members)] = w[list(members)].mean()
+    return w / w.sum()
+
+
+def _path_loads(lb: LayoutBounds, cost: "_FloorCost", pr: Pricer, floors: dict, to_go: list,
+                collapsed, fl: int) -> np.ndarray:
+    """Per device, the relaxed loads of the plan the relaxation's bound follows (under
+    ``cost``'s weights): from the source's class, the stage and exit that attain the cost to
+    go, and of that exit's options the one of least weighted floor. A direction for the
+    weights only (it proves nothing)."""
+    n = lb.n_layers
+    loads = np.zeros(len(cost.pc))
+    b, ci = 0, lb.classes[0][()]
+    while b < n:
+        row = 0 if collapsed[b] else ci
+        choice, least = None, np.inf
+        for e in range(b, min(n, b + fl)):
+            tab = lb.tables[(b, e)]
+            total = floors[(b, e)][tab.read_of[row]] + to_go[e + 1][tab.merged[:, tab.carry_of[row]]]
+            x = int(np.argmin(total))
+            if total[x] < least:
+                choice, least = (e, x), float(total[x])
+        if choice is None:
+            break
+        e, x = choice
+        tab = lb.tables[(b, e)]
+        key = () if tab.free else tab.read_keys[tab.read_of[row]]
+        loads += cost.option_loads(lb, pr, tab, key, x)
+        ci, b = int(tab.merged[x, tab.carry_of[row]]), e + 1
+    return loads
 
 
 SAFE = 1e-5  # relative margin below the float32 floors
@@ -354,6 +602,9 @@ class _FloorCost:
 
     CHUNK = 1024  # read layouts priced at once
     widened = False  # the coarse relaxation's widened layouts (``Coarsening.grid``)
+    weights = None  # period: per device, the weight its load is priced at (None: 1 / devices)
+    raw_weights = None  # period: the weights normalised, before the least over each orbit
+    weighted_compute = None  # ``Coarsening.weighted_compute``
     MAX_PAIRWISE = 5e7  # largest (options of an exit)^2 x values compared for dominance
     MAX_ELEMENTS = 3e7  # largest array of received seconds (layouts x regions x devices x options)
 
@@ -377,33 +628,12 @@ class _FloorCost:
         state, where only the source holds the graph's inputs) also receives what it reads of
         them from the source."""
         devices, comp, mask, needs = tab.flat()
-        O, kmax = comp.shape
-        G = len(tab.groups)
         order = np.argsort(tab.head, kind="stable")
         starts = np.flatnonzero(np.r_[True, np.diff(tab.head[order]) != 0])
         exit_ids = tab.head[order][starts]
-        flat_idx = devices * (G * kmax) + tab.group[:, None] * kmax + np.arange(kmax)[None, :]
-        # per read tensor: what each part receives from every layout of it (the last row: the
-        # tensor is not in the class, nothing), and which layout each read key holds
-        terms = []
-        for t in sorted({t for key in read_keys for t, _ in key}):
-            if t not in needs:
-                continue
-            _check(deadline)
-            lids = sorted({lid for key in read_keys for tt, lid in key if tt == t})
-            pos = {lid: i for i, lid in enumerate(lids)}
-            regions = {lid: regs for regs, lid in lb.layouts[t].items()}
-            r_t, link = self._received(pr, t, [regions[lid] for lid in lids], needs[t])  # (L, links, G, kmax)
-            idx_t = link[devices] * (G * kmax) + tab.group[:, None] * kmax + np.arange(kmax)[None, :]
-            rr = (r_t.reshape(len(lids), -1)[:, idx_t] * mask[None]).transpose(2, 0, 1)  # (kmax, L, options)
-            rr = np.ascontiguousarray(np.concatenate([rr, np.zeros((kmax, 1, O))], axis=1))
-            which = np.array([pos.get(dict(key).get(t), len(lids)) for key in _checked(read_keys, deadline)],
-                             dtype=np.int64)
-            terms.append((rr, which))
-        for t in sorted(self.inputs & set(needs)) if first else ():
-            r_t = self._from_source(pr, t, needs[t])  # (dev, G, kmax)
-            rr = (r_t.reshape(-1)[flat_idx] * mask).T[:, None, :]  # (kmax, 1, options)
-            terms.append((np.ascontiguousarray(rr), np.zeros(len(read_keys), dtype=np.int64)))
+        terms = self._terms(lb, pr, tab, read_keys, deadline, first)
+        if self.objective == "period" and self.weights is not None:
+            comp = self._weighted_comp(tab, devices, comp, mask)  # the floor's compute term, part by part
         tf = None
         if tab.time_floor is not None and self.objective == "latency":
             tf = tab.time_floor[tab.group]
@@ -435,11 +665,73 @@ class _FloorCost:
             for lo in range(0, P, self.CHUNK):
                 _check(deadline)
                 hi = min(P, lo + self.CHUNK)
-                rr = np.zeros((kmax, 1, len(keep)), dtype=np.float32)
+                rr = np.zeros((comp.shape[1], 1, len(keep)), dtype=np.float32)
                 for r_t, which in terms:
                     rr = rr + r_t[:, which[lo:hi]]
                 out[lo:hi][:, exit_ids] = least(rr)
         return out * (1 - SAFE)
+
+    def _weighted_comp(self, tab: StageTable, devices, comp, mask) -> np.ndarray:
+        """(options, parts): each part's compute priced at its device's weight, or with merged
+        types at the least weight x compute over its type's members."""
+        if self.weighted_compute is None:
+            return self.weights[devices] * comp * mask
+        out = np.zeros_like(comp)
+        per_group = [self.weighted_compute(grp, self.raw_weights) for grp in tab.groups]
+        for gi, arr in enumerate(per_group):
+            rows = np.flatnonzero(tab.group == gi)
+            out[rows, :arr.shape[1]] = arr[tab.perm[rows]]
+        return out
+
+    def option_loads(self, lb: LayoutBounds, pr: Pricer, tab: StageTable, read_key: tuple, exit: int) -> np.ndarray:
+        """Per device, the relaxed load (compute + least receive from the read layouts
+        ``read_key``) of the option of exit ``exit`` whose weighted floor is least."""
+        devices, comp, mask, _ = tab.flat()
+        rr = np.zeros(comp.shape[::-1])  # (parts, options)
+        for r_t, which in self._terms(lb, pr, tab, [read_key], None, tab.first):
+            rr += r_t[:, which[0], :]
+        f = (self._weighted_comp(tab, devices, comp, mask) + self.weights[devices] * rr.T * mask).sum(axis=1)
+        cand = np.flatnonzero(tab.head == exit)
+        o = int(cand[int(np.argmin(f[cand]))])
+        devs, load = devices[o], (comp[o] + rr[:, o]) * mask[o]
+        if self.weighted_compute is not None:  # merged types: the member its weighted compute is least on
+            grp = tab.groups[tab.group[o]]
+            _, who, there = self.weighted_compute(grp, self.raw_weights, members=True)
+            k = len(grp.geos)
+            devs, load = who[tab.perm[o]], there[tab.perm[o]] + rr[:k, o]
+        out = np.zeros(len(self.pc))
+        np.add.at(out, devs, load[:len(devs)])
+        return out
+
+    def _terms(self, lb: LayoutBounds, pr: Pricer, tab: StageTable, read_keys: list[tuple],
+               deadline: float | None, first: bool) -> list:
+        """Per tensor the stage reads: ((parts, layouts + 1, options) received seconds, per read
+        key the row of its layout); the last row: the tensor is not in the class, nothing.
+        A ``first`` stage also receives the graph's inputs from the source (one row)."""
+        devices, comp, mask, needs = tab.flat()
+        O, kmax = comp.shape
+        G = len(tab.groups)
+        flat_idx = devices * (G * kmax) + tab.group[:, None] * kmax + np.arange(kmax)[None, :]
+        terms = []
+        for t in sorted({t for key in read_keys for t, _ in key}):
+            if t not in needs:
+                continue
+            _check(deadline)
+            lids = sorted({lid for key in read_keys for tt, lid in key if tt == t})
+            pos = {lid: i for i, lid in enumerate(lids)}
+            regions = {lid: regs for regs, lid in lb.layouts[t].items()}
+            r_t, link = self._received(pr, t, [regions[lid] for lid in lids], needs[t])  # (L, links, G, kmax)
+            idx_t = link[devices] * (G * kmax) + tab.group[:, None] * kmax + np.arange(kmax)[None, :]
+            rr = (r_t.reshape(len(lids), -1)[:, idx_t] * mask[None]).transpose(2, 0, 1)  # (kmax, L, options)
+            rr = np.ascontiguousarray(np.concatenate([rr, np.zeros((kmax, 1, O))], axis=1))
+            which = np.array([pos.get(dict(key).get(t), len(lids)) for key in _checked(read_keys, deadline)],
+                             dtype=np.int64)
+            terms.append((rr, which))
+        for t in sorted(self.inputs & set(needs)) if first else ():
+            r_t = self._from_source(pr, t, needs[t])  # (dev, G, kmax)
+            rr = (r_t.reshape(-1)[flat_idx] * mask).T[:, None, :]  # (kmax, 1, options)
+            terms.append((np.ascontiguousarray(rr), np.zeros(len(read_keys), dtype=np.int64)))
+        return terms
 
     def _undominated(self, order, starts, devices, comp, receives, deadline: float | None = None, tf=None):
         """Options (sorted by exit) no other option of their exit beats: one nowhere worse, part
@@ -447,11 +739,14 @@ class _FloorCost:
         large from every class. Returns them and the start of each exit among them."""
         O = len(order)
         energy = self.objective == "energy"
-        cols = [self.pc[devices] * comp if energy else comp]
+        weighted = self.objective == "period" and self.weights is not None
+        cw = self.pc if energy else None  # per device: compute's price (weighted period: in ``comp``)
+        rw = self.rx if energy else self.weights if weighted else None  # and a received second's
+        cols = [cw[devices] * comp if cw is not None else comp]
         if tf is not None:  # a larger stage-time floor is worse too
             cols.append(tf[:, None])
         for r in receives:  # (parts, layouts, options)
-            r = self.rx[devices].T[:, None, :] * r if energy else r
+            r = rw[devices].T[:, None, :] * r if rw is not None else r
             cols.append(r.transpose(2, 0, 1).reshape(O, -1))
         v = np.concatenate(cols, axis=1)  # (options, values)
         keep, new_starts = [], []
@@ -530,6 +825,9 @@ class _FloorCost:
         if obj == "energy":
             return (self.pc[devices] * comp * mask).sum(axis=1)[None] + (self.rx[devices].T[:, None, :] * rr).sum(axis=0)
         if obj == "period":
+            if self.weights is not None:  # sum_d w_d load_d (``weighted period floors``; comp is weighted)
+                w = self.weights[devices].astype(np.float32) * mask
+                return comp.sum(axis=1)[None] + (w.T[:, None, :] * rr).sum(axis=0)
             return (comp.sum(axis=1)[None] + rr.sum(axis=0)) / self.n_dev
         w = np.array([sum(groups[gi].weights) / self.n_dev for gi in group])
         return np.broadcast_to(w[None], rr.shape[1:])

@@ -162,7 +162,7 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
                 raise SpaceTimeout(None) from None
             raise
         return _coarse_only(instance, obj, deadline, settings, incumbent, st, err)
-    st.lower = float(bounds.to_go[0].min()) if bounded else None
+    st.lower = float(bounds.lower) if bounded else None  # period: the best weighted pass's bound
     upper = min(st.lower * (1 + settings.delta), cap_at) if bounded else math.inf
     if bounded and math.isinf(st.lower):
         # the relaxation (drop_overflow) proves that every plan has a stage part that fits no

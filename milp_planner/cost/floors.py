@@ -106,6 +106,29 @@ def lower_floor(instance: Instance, objective: str | None = None) -> Floor:
     return Floor(_safe(fluid), "fluid")
 
 
+def fluid_weights(instance: Instance) -> list[float] | None:
+    """Per device, the weights (``>= 0``, summing to 1) of the period's fluid bound: the LP's
+    (``_fluid_lp`` with every device counted), else ``1 / (time of the whole model)``; None
+    when there is nothing to weigh. A starting point for weighted period floors
+    (``formulations.relaxation``): any such weights give ``period >= sum_d w_d load_d``."""
+    n_dev = len(instance.devices)
+    cover = _coverage(instance)
+    layers = [l.id for l in instance.graph.layers if cover[l.id] > 0]
+    if not layers or n_dev == 0:
+        return None
+    times = _time_floors(instance)
+    cost = {(d, l): times[d][l].at(cover[l]) for d in range(n_dev) for l in layers}
+    w = _fluid_lp(cost, layers, n_dev, n_dev)
+    if w is None or sum(max(x, 0.0) for x in w) <= 0:
+        totals = [sum(cost[d, l] for l in layers) for d in range(n_dev)]
+        if not all(t > 0 for t in totals):
+            return None
+        w = [1.0 / t for t in totals]
+    w = [max(x, 0.0) for x in w]
+    total = sum(w)
+    return [x / total for x in w]
+
+
 def _safe(value: float) -> float:
     return max(0.0, value * (1 - _MARGIN))
 
