@@ -156,8 +156,8 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
     minmax = obj in ("period", "memory")  # weak additive floors: the incumbent sets the bound
     try:
         bounds = _full_bounds(instance, obj, deadline, settings) if bounded else None
-    except (TimeoutError, PlannerError) as err:
-        if settings.relaxation == "full":
+    except (TimeoutError, PlannerError, MemoryBudgetExceeded) as err:
+        if settings.relaxation == "full":  # (the memory budget: explore's handler)
             if isinstance(err, TimeoutError):
                 raise SpaceTimeout(None) from None
             raise
@@ -321,6 +321,10 @@ def _coarse_only(instance, obj, deadline, settings, incumbent, st: _State, why: 
         reason = "relaxation=coarse"
     else:
         reason = "its share of the time ran out" if isinstance(why, TimeoutError) else str(why)
+    if isinstance(why, MemoryBudgetExceeded):
+        import gc
+
+        gc.collect()  # the full relaxation's tables, before the coarse one is built
     try:
         st.lower = coarse_lower(instance, obj, deadline=deadline, symmetry=settings.symmetry)
     except TimeoutError:

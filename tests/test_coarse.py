@@ -211,6 +211,22 @@ def test_auto_falls_back_to_the_coarse_relaxation_when_the_full_one_refuses():
     assert no_start.bound <= opt * (1 + REL)
 
 
+def test_auto_falls_back_to_the_coarse_relaxation_when_the_full_one_hits_the_memory_budget(monkeypatch):
+    import formulations.rounds as rounds
+    from formulations.budget import MemoryBudgetExceeded
+
+    def over_budget(*args, **kw):
+        raise MemoryBudgetExceeded(2 * 10**9, 10**9)
+
+    inst = CASES["skip-3distinct"]()
+    opt = optimum("skip-3distinct", "latency")
+    monkeypatch.setattr(rounds, "_full_bounds", over_budget)
+    res = solve(inst)
+    assert res.info.get("relaxation") == "coarse" and "memory budget" in res.message
+    assert res.info["bound_source"] in ("coarse", "fluid", "compute-only")
+    assert res.plan is not None and res.bound <= opt * (1 + REL)
+
+
 def test_relaxation_option_is_checked():
     with pytest.raises(PlannerError, match="relaxation"):
         get_planner("dp", relaxation="fine")

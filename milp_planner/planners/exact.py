@@ -119,8 +119,21 @@ class ExactPlanner(Planner):
             res = self._fallback(instance, err, kw)
         res = self.finish(res)
         self.settle_bound(res, instance)
+        self._caps_guard(res)
         res.solve_time_s = time.perf_counter() - started
         return res
+
+    def _caps_guard(self, res: PlanResult) -> None:
+        """A plan the evaluator finds over a cap is never reported as a solution: the MILP's
+        integrality tolerance (1e-6 of a binary times a memory coefficient of 1e5 KB) can let a
+        plan pass a memory cap by a few bytes. Status ``error``, the violation said; the bound
+        stays (it holds for the plans within the caps)."""
+        m = res.metrics
+        if res.plan is None or m is None or m.feasible or res.status not in ("optimal", "feasible", "timeout"):
+            return
+        res.status = "error"
+        res.message = (f"{self.name}: the solver's plan breaks the caps ({'; '.join(m.violations)}), within the "
+                       "solver's tolerance; no plan within the caps is reported" + (f"; {res.message}" if res.message else ""))
 
     def _fallback(self, instance, err: SearchStopped, kw) -> PlanResult:
         """Stopped before any plan, without an anytime start: the best single-device plan (always
