@@ -54,13 +54,13 @@ meaning "proven infeasible".
 
 from __future__ import annotations
 
-import gc
 import math
 import time
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Callable
 
+from formulations.budget import release_memory
 from milp_planner.cost.evaluator import Metrics, evaluate
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
@@ -229,23 +229,6 @@ def planner_solve(planner: str = "milp", **options) -> Solve:
         return p.solve(inst, objective=objective, time_limit=time_limit)
 
     return solve
-
-
-def release_memory() -> int:
-    """Collect garbage and return freed heap to the system (glibc's ``malloc_trim``; a no-op
-    elsewhere); the resident memory afterwards, in bytes. Called between the ε-steps: a step's
-    stage graph, Pyomo model and HiGHS objects are garbage once it returns, but the C heap keeps
-    their pages unless trimmed."""
-    from formulations.budget import rss_bytes
-
-    gc.collect()
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: the pages stay with the process
-        pass
-    return rss_bytes()
 
 
 CAP_FIELD = {"latency": "latency_s", "energy": "energy_j"}

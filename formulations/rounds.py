@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from formulations.budget import MemoryBudgetExceeded
+from formulations.budget import MemoryBudgetExceeded, release_memory
 from formulations.caps import Fixing
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, loose
 from formulations.relaxation import layout_bounds
@@ -322,9 +322,10 @@ def _coarse_only(instance, obj, deadline, settings, incumbent, st: _State, why: 
     else:
         reason = "its share of the time ran out" if isinstance(why, TimeoutError) else str(why)
     if isinstance(why, MemoryBudgetExceeded):
-        import gc
-
-        gc.collect()  # the full relaxation's tables, before the coarse one is built
+        # the full relaxation's tables are garbage once the traceback lets go of its frames;
+        # the resident memory the budget measures drops only when the heap is trimmed too
+        why.__traceback__ = None
+        release_memory()
     try:
         st.lower = coarse_lower(instance, obj, deadline=deadline, symmetry=settings.symmetry)
     except TimeoutError:

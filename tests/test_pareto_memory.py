@@ -10,7 +10,8 @@ from test_pareto import CASES, all_metrics, below_bound_set, brute_front, check_
 
 from formulations import relaxation
 from formulations.budget import rss_bytes
-from formulations.pareto import capped_instance, pareto_front, release_memory
+from formulations.budget import release_memory
+from formulations.pareto import capped_instance, pareto_front
 from formulations.relaxation import layout_bounds, overflow_cap, part_need
 from milp_planner.cli import main
 from milp_planner.errors import PlannerError
