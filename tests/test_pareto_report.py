@@ -17,7 +17,7 @@ TINY = ROOT / "instances/examples/tiny-fc-2dev.yaml"
 @pytest.mark.slow
 def test_report_pareto_section_end_to_end(tmp_path, capsys):
     out = tmp_path / "rep"
-    assert main(["report", str(TINY), "--planners", "offload", "--repeats", "1", "--time-limit", "20",
+    assert main(["report", str(TINY), "--planners", "offload", "--repeats", "1", "--time-limit", "120",
                  "--workers", "1", "--quiet", "--out", str(out), "--pareto", "latency,energy",
                  "--pareto", "tiny-fc-2dev=period,memory,energy"]) == 0
     assert "pareto.json" in capsys.readouterr().out
