@@ -337,7 +337,12 @@ class _Run:
 
                 res = PlanResult("milp", "timeout", objective, message="the time limit ran out")
         if res is None:
-            res = self.solve_fn(inst, objective, self.remaining())
+            try:
+                res = self.solve_fn(inst, objective, self.remaining())
+            except PlannerError as err:  # e.g. a step's space too large: the front keeps its points
+                from milp_planner.planners.base import PlanResult
+
+                res = PlanResult("milp", "error", objective, message=str(err))
         del inst
         self.last_time_s = time.perf_counter() - started
         self.last_rss = release_memory()  # the step's graphs and models are garbage now

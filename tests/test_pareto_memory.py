@@ -128,6 +128,26 @@ def test_a_step_without_a_plan_ends_the_front_and_keeps_its_bound(lexicographic)
     assert floor == pytest.approx(max(last.bound, front.steps[0].bound))
 
 
+def test_a_step_whose_planner_refuses_ends_the_front_with_its_points():
+    """A step planner that raises (a space too large for that step) does not lose the front:
+    the points found so far are returned and the message names the step and the reason."""
+    case = "residual-external"
+    real = get_planner("milp", anytime=False)
+    calls = []
+
+    def solve(capped, objective, time_limit):
+        calls.append(objective)
+        if calls.count("energy") == 2 and objective == "energy":
+            raise PlannerError("the plan space has more than 3000000 stage arcs (test)")
+        return real.solve(capped, objective=objective, time_limit=time_limit)
+
+    front = pareto_front(CASES[case](), ["energy", "memory"], solve=solve)
+    assert not front.certified and len(front.points) == 1
+    assert "ε-step 2" in front.message and "stage arcs" in front.message
+    assert front.steps[-1].status == "error"
+    assert below_bound_set(front.bound_set, ["energy", "memory"], case) == []
+
+
 def test_a_tiny_memory_budget_stops_with_a_valid_bound_set():
     """The real machinery under a budget every step exceeds: no crash, not certified, a one-line
     message, and no feasible plan below the bound set."""
