@@ -80,7 +80,7 @@ weight, ``min_d w_d x total <= total / n``: no weights beat the uniform ones.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -397,13 +397,12 @@ def _table_floors(cost: "_FloorCost", lb: LayoutBounds, pr: Pricer, tab: StageTa
     """``tab.best`` under ``cost``'s weights: the least floor per (read layouts, exit). The
     coarse relaxation reads free from every class a stage too large to price (``tab.free``); a
     stage none of whose layouts fits the memory caps (``tab.dead``) has infinite floors."""
-    if tab.dead:
-        return np.full_like(_table_floors(cost, lb, pr, replace(tab, dead=False), deadline, coarse), np.inf)
     if tab.free:
         free = cost.least_floors(lb, pr, tab, [()], deadline, first=tab.first)
         return np.repeat(free, len(tab.read_keys), axis=0)
-    if not coarse:
-        return cost.least_floors(lb, pr, tab, tab.read_keys, deadline, first=tab.first)
+    if not coarse:  # (only the full relaxation filters layouts by the memory caps: ``dead``)
+        best = cost.least_floors(lb, pr, tab, tab.read_keys, deadline, first=tab.first)
+        return np.full_like(best, np.inf) if tab.dead else best
     try:
         return cost.least_floors(lb, pr, tab, tab.read_keys, deadline, first=tab.first)
     except SpaceTooLarge:  # too many layouts to price: read free from every class
