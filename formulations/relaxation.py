@@ -7,7 +7,9 @@ graph's inputs are left out (a first stage receives what it reads of them from t
 later ones read them free). From a class, a stage option's cost is bounded below by letting
 each receiving device claim, for each tensor it reads, the one region that saves it the most
 (as if it owned it), receiving the rest over its fastest incoming link with the smallest
-message latency. Every exact state of the class costs at least that much, so a backward pass
+message latency (a layout's regions belong to distinct devices, so from three regions on
+they are priced over its links ranked fastest first: ``_FloorCost._received_ranked``).
+Every exact state of the class costs at least that much, so a backward pass
 over classes gives, for every boundary and class, a lower bound on the cost to go
 (``LayoutBounds.to_go``; ``LayoutBounds.after`` reads it for the options taken from an exact
 state). ``formulations.stagegraph.build_stage_graph`` uses it to enumerate only the stage arcs
@@ -21,7 +23,7 @@ their floors are computed pairwise in numpy, over the options no other option of
 exit beats part by part.
 
 Options that differ only by exchanging interchangeable devices (``formulations.symmetry``)
-have equal floors here (compute, power and the fastest incoming link are equal within an
+have equal floors here (compute, power and the ranked incoming links are equal within an
 orbit), so the tables hold one device order per sequence of orbits: the bounds are the same
 as over every device order, and ``build_stage_graph`` expands the orders a node allows.
 
@@ -322,6 +324,8 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
     cost = _FloorCost(instance, objective)
     cost.widened = coarse is not None and coarse.main_only and bool(coarse.grid)
     cost.weighted_compute = coarse.weighted_compute if coarse is not None else None
+    if coarse is not None:
+        cost.ranked = False  # (the coarse relaxation's merged types have no ranked links)
     if coarse is not None and coarse.links is not None:
         cost.pc, cost.rx, cost.inv_bw, cost.lat, cost.src_inv_bw, cost.src_lat = (
             np.asarray(a, dtype=float) for a in coarse.links)
@@ -606,6 +610,7 @@ class _FloorCost:
     weighted_compute = None  # ``Coarsening.weighted_compute``
     MAX_PAIRWISE = 5e7  # largest (options of an exit)^2 x values compared for dominance
     MAX_ELEMENTS = 3e7  # largest array of received seconds (layouts x regions x devices x options)
+    ranked = True  # price what a part receives over its ranked incoming links (``_received_ranked``)
 
     def __init__(self, instance: Instance, objective: str):
         if objective not in ("latency", "energy", "period", "memory"):
@@ -617,6 +622,7 @@ class _FloorCost:
         self.pc = np.array([float(d.power.compute_w) for d in instance.devices])
         self.rx = np.array([float(d.power.rx_w) for d in instance.devices])
         self.inv_bw, self.lat = _incoming_links(instance)
+        self.ranked_inv_bw, self.ranked_lat = ranked_incoming_links(instance)
         self.src_inv_bw, self.src_lat = _source_links(instance)
         self.inputs = frozenset(instance.graph.inputs)
 
@@ -793,12 +799,35 @@ class _FloorCost:
             rest_b = np.clip(needed[None] - nbytes.max(axis=1), 0, None)[:, None]  # (L, 1, G, k)
             t_recv = rest_b[:, :, None] * pairs[None, None, :, 0, None, None]  # (L, 1, links, G, k)
             return t_recv[:, 0], link
+        if self.ranked and rmax > 2:
+            return self._received_ranked(nbytes)
         msgs = (nbytes > 0).astype(float)
         rest_b = nbytes.sum(axis=1, keepdims=True) - nbytes  # everything but the claimed region
         rest_m = msgs.sum(axis=1, keepdims=True) - msgs
         t_recv = (rest_b[:, :, None] * pairs[None, None, :, 0, None, None]
                   + rest_m[:, :, None] * pairs[None, None, :, 1, None, None])  # (L, R, links, G, k)
         return t_recv.min(axis=1), link
+
+    def _received_ranked(self, nbytes: np.ndarray):
+        """``_received`` for layouts of up to R >= 3 regions, from their bytes ``nbytes`` (L, R,
+        G, k). The regions of a layout are owned by distinct devices (a stage has one part per
+        device), so a device that claims one region receives every other one from a different
+        sender: at least the bytes, largest first, over its incoming links, fastest first, plus
+        the messages over its smallest message latencies (``ranked_incoming_links``; the
+        rearrangement inequality, for bytes and messages apart). Claiming the largest region
+        leaves the fewest bytes at every rank, so it is the least claim. On AutoDiCE's boards a
+        device has one fast link (its board's other unit) and Gigabit from every other board:
+        the third region of a layout comes over Gigabit, not over the fastest link."""
+        k = nbytes.shape[1] - 1
+        ranked = np.concatenate([self.ranked_inv_bw[:, :k], self.ranked_lat[:, :k]], axis=1)
+        pairs, link = np.unique(ranked, axis=0, return_inverse=True)
+        link = np.asarray(link).reshape(-1)
+        rest = -np.sort(-nbytes, axis=1)[:, 1:]  # (L, R - 1, G, k): largest first, the largest claimed
+        out = np.zeros((nbytes.shape[0], len(pairs)) + nbytes.shape[2:])
+        for i in range(k):
+            r = rest[:, i][:, None]  # (L, 1, G, k)
+            out += r * pairs[None, :, i, None, None] + (r > 0) * pairs[None, :, k + i, None, None]
+        return out, link
 
     def _from_source(self, pr: Pricer, t: str, need: np.ndarray) -> np.ndarray:
         """(devices, groups, parts): the seconds device d takes to receive from the source what
@@ -908,6 +937,22 @@ def _incoming_links(instance: Instance):
         if senders:
             inv_bw[d] = min(1.0 / net.bandwidth_Bps[s][d] for s in senders)
             lat[d] = min(net.latency_s[s][d] for s in senders)
+    return inv_bw, lat
+
+
+def ranked_incoming_links(instance: Instance):
+    """Per device, the seconds per byte of its incoming links from the other devices, fastest
+    first, and their seconds per message, smallest first: two (devices, devices - 1) arrays
+    (one column of zeros for a single device)."""
+    net = instance.network
+    n_dev = len(instance.devices)
+    inv_bw = np.zeros((n_dev, max(1, n_dev - 1)))
+    lat = np.zeros((n_dev, max(1, n_dev - 1)))
+    for d in range(n_dev):
+        senders = [s for s in range(n_dev) if s != d]
+        if senders:
+            inv_bw[d] = sorted(1.0 / net.bandwidth_Bps[s][d] for s in senders)
+            lat[d] = sorted(net.latency_s[s][d] for s in senders)
     return inv_bw, lat
 
 

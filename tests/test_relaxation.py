@@ -25,8 +25,21 @@ def three_devices(graph, medium="switched", fusion=2):
                          search=SearchSpace(fusion, 3, ("equal", "capacity"), ("rows", "channels")))
 
 
+def four_devices_one_fast_link(graph):
+    """Two pairs of devices with a fast link inside a pair and slow links between the pairs
+    (AutoDiCE's boards in small): the third region of a 4-part layout a device reads comes
+    over a slow link (``_received_ranked``)."""
+    devs = [device("a", 1000, "0.01"), device("b", 1500, "0.005", power=(3, 1, 1)),
+            device("c", 1200, "0.01", power=(2, 2, 1)), device("d", 900, "0.02")]
+    fast, slow = 400.0, 30.0
+    bw = [[0, fast, slow, slow + 5], [fast, 0, slow, slow], [slow, slow + 10, 0, fast], [slow, slow, fast, 0]]
+    return make_instance(graph, devs, bw=bw, lat=0.02, source=0, sink=0,
+                         search=SearchSpace(1, 4, ("equal",), ("rows",)))
+
+
 ALL = dict(CASES)
 ALL["chain-3dev"] = lambda: three_devices(chain_graph(4))
+ALL["chain-4dev-ranked"] = lambda: four_devices_one_fast_link(chain_graph(3))
 ALL["residual-3dev-shared"] = lambda: three_devices(residual_graph(), medium="shared", fusion=1)
 
 
