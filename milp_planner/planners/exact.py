@@ -350,6 +350,8 @@ class ExactPlanner(Planner):
             info["stopped_by"] = "memory budget"
         if ex.lower_source:
             info["relaxation"] = ex.lower_source
+        if ex.threshold:
+            info["threshold"] = ex.threshold
         if ex.found is not None:
             info.update(ex.found.info)
         if ex.infeasible:
