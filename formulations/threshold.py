@@ -125,7 +125,7 @@ def threshold_search(lb: LayoutBounds, instance: Instance, lo: float, hi: float,
     n_dev = len(instance.devices)
     start = np.full(n_dev, 1.0 / n_dev) if lb.weights is None else _normalised(lb.weights)
     lo_t, hi_t = float(lo), float(hi)
-    last = None  # seconds of the last pass
+    last = max((p.seconds for p in lb.passes), default=None)  # seconds of the last pass (a weighted one's)
     while len(out.probes) < max_probes:
         if hi_t - lo_t <= TOL * hi_t:
             out.stopped = "converged"

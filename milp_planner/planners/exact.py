@@ -246,6 +246,8 @@ class ExactPlanner(Planner):
                     info["stopped_by"] = "memory budget"
                 if isinstance(err, CoarseOnly):
                     info["relaxation"] = "coarse"
+                if getattr(err, "threshold", None):
+                    info["threshold"] = err.threshold
                 status = "timeout" if isinstance(err, SpaceTimeout) else "feasible"
                 res = PlanResult(self.name, status, ctx.objective, plan=start.start.plan, bound=err.lower,
                                  info=info, message=f"{err}; returning the anytime start "
