@@ -95,6 +95,25 @@ class ThresholdSearch:
                             "passes": p.passes, "seconds": round(p.seconds, 3)} for p in self.probes]}
 
 
+def filtered_period_bound(lb: LayoutBounds, instance: Instance, threshold: float, w=None,
+                          pr: Pricer | None = None, deadline: float | None = None) -> float:
+    """``L_w(T)``: the relaxation's bound with device weights ``w`` (None: uniform; normalised
+    to sum 1) and every option with a part whose relaxed load exceeds ``threshold`` left out. A
+    lower bound on the period of every plan with period at most ``threshold`` (inf: the
+    relaxation leaves no such plan). Above ``threshold``: no plan has a period within it. ``lb`` is a period ``LayoutBounds`` (full or coarse) of ``instance``."""
+    if lb.objective != "period":
+        raise ValueError("threshold bounds are period bounds")
+    pr = pr or pricer(instance)
+    w = np.full(len(instance.devices), 1.0) if w is None else w
+    cost = lb._cost
+    cost.threshold = float(threshold)
+    try:
+        return _period_pass(lb, cost, pr, w, lb._collapsed, max(1, instance.search.fusion_limit), deadline,
+                            lb._coarse)[0]
+    finally:
+        cost.threshold = None
+
+
 def threshold_period_bound(lb: LayoutBounds, instance: Instance, lo: float, hi: float,
                            deadline: float | None = None, **options) -> float:
     """A lower bound on the period of every plan of the space, at least ``lo``: the largest
