@@ -188,3 +188,30 @@ def test_dp_certifies_with_the_probes(case, relaxation):
     th = res.info.get("threshold")
     if th is not None:  # (an anytime start proven optimal by the relaxation needs no probe)
         assert th["lower"] <= opt * (1 + REL) and th["probes"]
+
+
+def edge():
+    """One layer in one part: a plan is one device, and its part's relaxed load (its compute,
+    what it receives from the external source) is that device's load, so the optimum's part
+    sits exactly at the optimum."""
+    from builders import chain_graph, device, make_instance
+
+    from milp_planner.instance import SearchSpace
+    from milp_planner.instance.network import Endpoint
+
+    devs = [device("fast", 2000, "0.01"), device("slow", 500, "0.02")]
+    src = Endpoint(None, (150.0, 90.0), (0.02, 0.03))
+    snk = Endpoint(None, (120.0, 60.0), (0.01, 0.01))
+    return make_instance(chain_graph(1), devs, bw=[[0, 100.0], [250.0, 0]], lat=0.05, source=src, sink=snk,
+                         search=SearchSpace(1, 1, ("equal",), ("rows",)))
+
+
+def test_a_part_at_the_threshold_stays():
+    """The threshold is refuted just below the optimum and not at it (the filter is exact there)."""
+    inst = edge()
+    opt = get_planner("bruteforce").solve(inst, objective="period").value
+    for lb in (layout_bounds(inst, "period"), coarse_bounds(inst, "period")):
+        for w in (None, [1.0, 0.0], [0.3, 0.7]):
+            assert filtered_period_bound(lb, inst, opt, w) <= opt * (1 + REL)
+        assert filtered_period_bound(lb, inst, opt * (1 - 1e-3), [1.0, 0.0]) > opt * (1 - 1e-3)
+        assert threshold_period_bound(lb, inst, lb.lower, opt * 1.5, seconds=60) <= opt * (1 + REL)
