@@ -72,6 +72,13 @@ symmetric) and no pass runs. Memory has no weighted passes: its floor counts a s
 bytes whatever devices hold them, so a relaxed plan can put them all on the device of least
 weight, ``min_d w_d x total <= total / n``: no weights beat the uniform ones.
 
+Threshold floors (``_FloorCost.threshold``, used by ``formulations.threshold``): with a
+threshold ``T`` set, an option with a part whose unweighted relaxed load (its compute, plus the
+least it receives from the class) exceeds ``T`` gets an infinite floor; the weighted bound then
+holds for the plans of period ``<= T`` only (a device's load over a plan is at least its load in
+one stage), and one above ``T`` proves that no plan has period ``<= T``. With a threshold and
+weights, the dominance pruning compares the unweighted compute and receive seconds as well.
+
 >>> from formulations.relaxation import layout_bounds               # doctest: +SKIP
 >>> lb = layout_bounds(instance, "latency")                         # doctest: +SKIP
 >>> lb.to_go[5]          # per class at boundary 5: a bound on the rest of the plan  # doctest: +SKIP

@@ -169,7 +169,7 @@ def _threshold(st: _State, lb, instance: Instance, incumbent: float | None, dead
     ctx.report(phase="threshold probes", incumbent=incumbent, bound=st.lower, force=True)
     found = threshold_search(lb, instance, st.lower, incumbent, deadline=own)
     info = found.info()
-    info["raised"] = found.lower > st.lower
+    info["raised"] = found.lower > st.lower * (1 + 1e-6)  # (not by the float32 margins alone)
     info["from"] = st.lower
     st.threshold = info
     st.lower = max(st.lower, found.lower)
