@@ -215,3 +215,17 @@ def test_a_part_at_the_threshold_stays():
             assert filtered_period_bound(lb, inst, opt, w) <= opt * (1 + REL)
         assert filtered_period_bound(lb, inst, opt * (1 - 1e-3), [1.0, 0.0]) > opt * (1 - 1e-3)
         assert threshold_period_bound(lb, inst, lb.lower, opt * 1.5, seconds=60) <= opt * (1 + REL)
+
+
+def test_terminal_says_the_probes_raised_the_bound():
+    from types import SimpleNamespace
+
+    from milp_planner.report.terminal import bound_source_text
+
+    th = {"lower": 0.012, "raised": True, "probes": [{"refuted": True}, {"refuted": False}]}
+    res = SimpleNamespace(info={"bound_source": "rounds", "rounds": 2, "stage_arcs": 10, "threshold": th},
+                          bound=0.012, planner="dp")
+    text = bound_source_text(res)
+    assert text.startswith("rounds: layout relaxation") and "threshold probes (1 of 2 refuted)" in text
+    res.info["threshold"] = dict(th, raised=False)
+    assert "threshold" not in bound_source_text(res)
