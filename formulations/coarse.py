@@ -35,6 +35,10 @@ stage's floor, so ``to_go[0].min()`` stays a lower bound on every plan of the sp
   of the plan is at most ``sum_d w_d load_d <= max_d load_d``, its period. ``lower`` is the
   best of these passes (``coarse_lower`` returns it).
 
+- *Threshold floors* (``formulations.threshold``): a part's relaxed load here (its type's least
+  compute, the least it receives over its type's least links) is at most its load on whichever
+  member the plan uses, so the filter leaves every option a plan of period ``<= T`` takes.
+
 The coarse bounds only bound (``bound_source`` ``coarse``); they do not drive the bounded
 enumeration, whose pruning needs the exact states' classes.
 

@@ -74,6 +74,13 @@ symmetric) and no pass runs. Memory has no weighted passes: its floor counts a s
 bytes whatever devices hold them, so a relaxed plan can put them all on the device of least
 weight, ``min_d w_d x total <= total / n``: no weights beat the uniform ones.
 
+Threshold floors (``_FloorCost.threshold``, used by ``formulations.threshold``): with a
+threshold ``T`` set, an option with a part whose unweighted relaxed load (its compute, plus the
+least it receives from the class) exceeds ``T`` gets an infinite floor; the weighted bound then
+holds for the plans of period ``<= T`` only (a device's load over a plan is at least its load in
+one stage), and one above ``T`` proves that no plan has period ``<= T``. With a threshold and
+weights, the dominance pruning compares the unweighted compute and receive seconds as well.
+
 >>> from formulations.relaxation import layout_bounds               # doctest: +SKIP
 >>> lb = layout_bounds(instance, "latency")                         # doctest: +SKIP
 >>> lb.to_go[5]          # per class at boundary 5: a bound on the rest of the plan  # doctest: +SKIP
@@ -608,6 +615,7 @@ class _FloorCost:
     weights = None  # period: per device, the weight its load is priced at (None: 1 / devices)
     raw_weights = None  # period: the weights normalised, before the least over each orbit
     weighted_compute = None  # ``Coarsening.weighted_compute``
+    threshold = None  # period: seconds; an option with a part whose relaxed load exceeds it is out (None: off)
     MAX_PAIRWISE = 5e7  # largest (options of an exit)^2 x values compared for dominance
     MAX_ELEMENTS = 3e7  # largest array of received seconds (layouts x regions x devices x options)
     ranked = True  # price what a part receives over its ranked incoming links (``_received_ranked``)
@@ -637,23 +645,34 @@ class _FloorCost:
         starts = np.flatnonzero(np.r_[True, np.diff(tab.head[order]) != 0])
         exit_ids = tab.head[order][starts]
         terms = self._terms(lb, pr, tab, read_keys, deadline, first)
-        if self.objective == "period" and self.weights is not None:
+        load_comp = comp  # unweighted: each part's relaxed compute (the threshold filter's)
+        weighted = self.objective == "period" and self.weights is not None
+        if weighted:
             comp = self._weighted_comp(tab, devices, comp, mask)  # the floor's compute term, part by part
         tf = None
         if tab.time_floor is not None and self.objective == "latency":
             tf = tab.time_floor[tab.group]
-        keep, starts = self._undominated(order, starts, devices, comp, [rr for rr, _ in terms], deadline, tf)
+        # with a threshold, an option that dominates another in the weighted values must not
+        # load a part more (it would be filtered where the other is not): compare both
+        extra = load_comp if self.threshold is not None and weighted else None
+        keep, starts = self._undominated(order, starts, devices, comp, [rr for rr, _ in terms], deadline, tf,
+                                         unweighted=extra)
         tf32 = None if tf is None else tf[keep].astype(np.float32)
-        devices, comp, mask = devices[keep], comp[keep], mask[keep]
+        devices, comp, mask, load_comp = devices[keep], comp[keep], mask[keep], load_comp[keep]
         terms = [(rr[:, :, keep], which) for rr, which in terms]
         # float32 halves the memory traffic; the floors are lowered by far more than its
         # rounding (SAFE) so they stay lower bounds
         comp32 = comp.astype(np.float32)
         terms = [(rr.astype(np.float32), which) for rr, which in terms]
+        load32 = load_comp.T.astype(np.float32)[:, None, :]  # (parts, 1, options)
+        mask32 = mask.T.astype(np.float32)[:, None, :]
 
         def least(rr):  # (parts, rows, options) received -> (rows, exits)
             f = self._floor(tab.groups, tab.group[keep], devices, comp32, mask, rr, tf32)
-            return np.minimum.reduceat(np.broadcast_to(f, (rr.shape[1], len(keep))), starts, axis=1)
+            f = np.broadcast_to(f, (rr.shape[1], len(keep)))
+            if self.threshold is not None:
+                f = np.where(self._over(load32, mask32, rr), np.float32(np.inf), f)
+            return np.minimum.reduceat(f, starts, axis=1)
 
         P = max(1, len(read_keys))
         out = np.empty((P, len(tab.exits)))
@@ -676,6 +695,13 @@ class _FloorCost:
                 out[lo:hi][:, exit_ids] = least(rr)
         return out * (1 - SAFE)
 
+    def _over(self, load, mask, rr) -> np.ndarray:
+        """(rows, options): True where some part's relaxed load (``load``: its compute, plus
+        what it receives, ``rr``: (parts, rows, options)) exceeds the threshold: no plan with a
+        period within it takes that option from that class (``threshold floors``). Exceeds by
+        more than the float32 rounding (SAFE), so a part exactly at the threshold stays."""
+        return ((load + rr) * mask > np.float32(self.threshold * (1 + SAFE))).any(axis=0)
+
     def _weighted_comp(self, tab: StageTable, devices, comp, mask) -> np.ndarray:
         """(options, parts): each part's compute priced at its device's weight, or with merged
         types at the least weight x compute over its type's members."""
@@ -696,6 +722,9 @@ class _FloorCost:
         for r_t, which in self._terms(lb, pr, tab, [read_key], None, tab.first):
             rr += r_t[:, which[0], :]
         f = (self._weighted_comp(tab, devices, comp, mask) + self.weights[devices] * rr.T * mask).sum(axis=1)
+        if self.threshold is not None:  # the options the threshold leaves
+            over = ((comp + rr.T) * mask > self.threshold * (1 + SAFE)).any(axis=1)
+            f = np.where(over, np.inf, f)
         cand = np.flatnonzero(tab.head == exit)
         o = int(cand[int(np.argmin(f[cand]))])
         devs, load = devices[o], (comp[o] + rr[:, o]) * mask[o]
@@ -738,10 +767,14 @@ class _FloorCost:
             terms.append((np.ascontiguousarray(rr), np.zeros(len(read_keys), dtype=np.int64)))
         return terms
 
-    def _undominated(self, order, starts, devices, comp, receives, deadline: float | None = None, tf=None):
+    def _undominated(self, order, starts, devices, comp, receives, deadline: float | None = None, tf=None,
+                     unweighted=None):
         """Options (sorted by exit) no other option of their exit beats: one nowhere worse, part
         by part, in compute and in what it receives from every layout, has a floor at most as
-        large from every class. Returns them and the start of each exit among them."""
+        large from every class. Returns them and the start of each exit among them.
+        ``unweighted`` (weighted period floors with a threshold): each part's unweighted compute;
+        then the unweighted compute and receive seconds are compared too, so an option kept for
+        a dropped one loads no part more and passes the threshold wherever the dropped one does."""
         O = len(order)
         energy = self.objective == "energy"
         weighted = self.objective == "period" and self.weights is not None
@@ -750,7 +783,11 @@ class _FloorCost:
         cols = [cw[devices] * comp if cw is not None else comp]
         if tf is not None:  # a larger stage-time floor is worse too
             cols.append(tf[:, None])
+        if unweighted is not None:
+            cols.append(unweighted)
         for r in receives:  # (parts, layouts, options)
+            if unweighted is not None:
+                cols.append(r.transpose(2, 0, 1).reshape(O, -1))
             r = rw[devices].T[:, None, :] * r if rw is not None else r
             cols.append(r.transpose(2, 0, 1).reshape(O, -1))
         v = np.concatenate(cols, axis=1)  # (options, values)

@@ -45,6 +45,7 @@ INCUMBENT_PROVEN = 1e-7  # relative: a proven bound this close to the incumbent 
 FIRST_CAP = 4000  # arcs a round may enumerate after a round of fewer than FIRST_CAP / 16
 AIM_GROWTH = 4  # the next round aims at this many times the last round's arcs
 TINY_STEP = 1e-4  # relative: a round this close to the last that overflows is retried larger
+THRESHOLD_TIME = 0.3  # period: the threshold probes' most share of the time left
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ class _State:
     rounds: int = 0
     build_s: float = 0.0
     lower_source: str = ""  # "coarse": ``lower`` is the coarse relaxation's (formulations.coarse)
+    threshold: dict | None = None  # period: the threshold probes (``ThresholdSearch.info``)
 
     def stop(self, timed_out: bool = False, memory_out: str = "") -> Exploration:
         return Exploration(self.best.graph if self.best else None, self.best.found if self.best else None,
@@ -135,17 +137,42 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
     """
     st = _State()
     try:
-        return _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st)
+        out = _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st)
     except MemoryBudgetExceeded as err:
         if st.best is None and incumbent is None:
             raise MemoryStop(str(err), st.lower) from None
-        return st.stop(memory_out=str(err))
+        out = st.stop(memory_out=str(err))
     except PlannerError as err:  # a space too large to enumerate (further)
         if incumbent is None:
             raise
         out = st.stop()
         out.refused = str(err)
-        return out
+    except SearchStopped as err:  # keeps the threshold probes for the caller's ``info``
+        err.threshold = st.threshold
+        raise
+    out.threshold = st.threshold
+    return out
+
+
+def _threshold(st: _State, lb, instance: Instance, incumbent: float | None, deadline: float | None,
+               ctx: RoundContext) -> None:
+    """Period: raise ``st.lower`` by the threshold probes (``formulations.threshold``) between
+    it and the incumbent, within ``THRESHOLD_TIME`` of the time left; ``st.threshold`` records
+    them. Nothing without an incumbent or a finite bound."""
+    from formulations.threshold import threshold_search
+
+    if incumbent is None or not math.isfinite(incumbent) or st.lower is None or not math.isfinite(st.lower):
+        return
+    if st.lower >= incumbent * (1 - INCUMBENT_PROVEN):
+        return
+    own = None if deadline is None else time.perf_counter() + THRESHOLD_TIME * max(0.0, deadline - time.perf_counter())
+    ctx.report(phase="threshold probes", incumbent=incumbent, bound=st.lower, force=True)
+    found = threshold_search(lb, instance, st.lower, incumbent, deadline=own)
+    info = found.info()
+    info["raised"] = found.lower > st.lower * (1 + 1e-6)  # (not by the float32 margins alone)
+    info["from"] = st.lower
+    st.threshold = info
+    st.lower = max(st.lower, found.lower)
 
 
 def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _State) -> Exploration:
@@ -161,8 +188,10 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             if isinstance(err, TimeoutError):
                 raise SpaceTimeout(None) from None
             raise
-        return _coarse_only(instance, obj, deadline, settings, incumbent, st, err)
+        return _coarse_only(instance, obj, deadline, settings, incumbent, st, err, ctx)
     st.lower = float(bounds.lower) if bounded else None  # period: the best weighted pass's bound
+    if bounded and obj == "period":
+        _threshold(st, bounds, instance, incumbent, deadline, ctx)
     upper = min(st.lower * (1 + settings.delta), cap_at) if bounded else math.inf
     if bounded and math.isinf(st.lower):
         # the relaxation (drop_overflow) proves that every plan has a stage part that fits no
@@ -312,10 +341,11 @@ def _full_bounds(instance, obj, deadline, settings):
                          drop_overflow=True)  # the rounds' graphs leave out arcs that overflow a memory cap
 
 
-def _coarse_only(instance, obj, deadline, settings, incumbent, st: _State, why: Exception) -> Exploration:
+def _coarse_only(instance, obj, deadline, settings, incumbent, st: _State, why: Exception,
+                 ctx: RoundContext) -> Exploration:
     """The coarse relaxation's bound, the full one having refused (``why``): with an
     incumbent, an exploration that proves that bound; without one, ``CoarseOnly``."""
-    from formulations.coarse import coarse_lower
+    from formulations.coarse import coarse_bounds
 
     if settings.relaxation == "coarse":
         reason = "relaxation=coarse"
@@ -327,10 +357,13 @@ def _coarse_only(instance, obj, deadline, settings, incumbent, st: _State, why: 
         why.__traceback__ = None
         release_memory()
     try:
-        st.lower = coarse_lower(instance, obj, deadline=deadline, symmetry=settings.symmetry)
+        lb = coarse_bounds(instance, obj, deadline=deadline, symmetry=settings.symmetry)
     except TimeoutError:
         raise SpaceTimeout(None) from None
+    st.lower = float(lb.lower)
     st.lower_source = "coarse"
+    if obj == "period":
+        _threshold(st, lb, instance, incumbent, deadline, ctx)
     msg = (f"the coarse relaxation bounds the space ({reason}; no plan enumerated)" if settings.relaxation == "coarse"
            else f"the full layout relaxation stopped ({reason}); the coarse relaxation bounds the space")
     if incumbent is None:

@@ -246,6 +246,8 @@ class ExactPlanner(Planner):
                     info["stopped_by"] = "memory budget"
                 if isinstance(err, CoarseOnly):
                     info["relaxation"] = "coarse"
+                if getattr(err, "threshold", None):
+                    info["threshold"] = err.threshold
                 status = "timeout" if isinstance(err, SpaceTimeout) else "feasible"
                 res = PlanResult(self.name, status, ctx.objective, plan=start.start.plan, bound=err.lower,
                                  info=info, message=f"{err}; returning the anytime start "
@@ -350,6 +352,8 @@ class ExactPlanner(Planner):
             info["stopped_by"] = "memory budget"
         if ex.lower_source:
             info["relaxation"] = ex.lower_source
+        if ex.threshold:
+            info["threshold"] = ex.threshold
         if ex.found is not None:
             info.update(ex.found.info)
         if ex.infeasible:

@@ -169,7 +169,18 @@ def bound_source(result) -> str | None:
 
 
 def bound_source_text(result) -> str | None:
-    """``bound_source`` in words, for the terminal."""
+    """``bound_source`` in words, for the terminal (with the period's threshold probes when
+    they raised the relaxation's bound, ``formulations.threshold``)."""
+    text = _bound_source_words(result)
+    th = (result.info or {}).get("threshold") or {}
+    if text and th.get("raised") and bound_source(result) in ("rounds", "coarse"):
+        refuted = sum(1 for p in th.get("probes", []) if p.get("refuted"))
+        text += (f"; the relaxation's bound raised to {fmt_s(th['lower'])} by threshold probes "
+                 f"({refuted} of {len(th.get('probes', []))} refuted)")
+    return text
+
+
+def _bound_source_words(result) -> str | None:
     code = bound_source(result)
     info = result.info or {}
     if code is None or (result.bound is None and code == "none"):
