@@ -19,8 +19,7 @@ Carrying the skips is what makes residual networks tractable: a residual Add pay
 laid out differently from what it reads (ResNet50 on four devices with equal and capacity
 splits: 138.4 ms instead of 131.1 ms, against an optimum of 145.9 ms). A class holds a layout
 per live tensor, so inside a residual block there are (main layouts) x (skip layouts) classes;
-their floors are computed pairwise in numpy, over the options no other option of the same
-exit beats part by part.
+their floors are computed pairwise in numpy.
 
 Options that differ only by exchanging interchangeable devices (``formulations.symmetry``)
 have equal floors here (compute, power and the ranked incoming links are equal within an
@@ -50,8 +49,6 @@ that plan's period / n). Three details keep it a proof:
   merged types: a part's receive seconds (already its type's least) are priced at its type's
   least weight, and its compute at the least over the type's members of ``w_d x`` its compute
   on d (``Coarsening.weighted_compute``), both at most what the device the plan uses pays;
-- the dominance pruning of options compares the weighted compute and receive seconds part by
-  part (a weighted floor is their sum);
 - ``sum_d w_d load_d <= max_d load_d`` holds for a whole plan, not for its suffix next to a
   prefix priced otherwise: the weighted tables only give ``lower``; ``to_go`` (what the
   enumeration prunes with next to the prefix's mean load) stays the uniform one.
@@ -616,7 +613,6 @@ class _FloorCost:
     raw_weights = None  # period: the weights normalised, before the least over each orbit
     weighted_compute = None  # ``Coarsening.weighted_compute``
     threshold = None  # period: seconds; an option with a part whose relaxed load exceeds it is out (None: off)
-    MAX_PAIRWISE = 5e7  # largest (options of an exit)^2 x values compared for dominance
     MAX_ELEMENTS = 3e7  # largest array of received seconds (layouts x regions x devices x options)
     ranked = True  # price what a part receives over its ranked incoming links (``_received_ranked``)
 
@@ -652,11 +648,11 @@ class _FloorCost:
         tf = None
         if tab.time_floor is not None and self.objective == "latency":
             tf = tab.time_floor[tab.group]
-        # with a threshold, an option that dominates another in the weighted values must not
-        # load a part more (it would be filtered where the other is not): compare both
-        extra = load_comp if self.threshold is not None and weighted else None
-        keep, starts = self._undominated(order, starts, devices, comp, [rr for rr, _ in terms], deadline, tf,
-                                         unweighted=extra)
+        # every option is priced: a pairwise dominance filter (options no other of their exit
+        # beats part by part) removed about 40 % of them but cost more than it saved (session 9,
+        # same bounds: the coarse relaxation of ResNet-101 on 4 AutoDiCE boards 39 s -> 7 s,
+        # the full one of VGG-19 there, period, 8.4 s -> 2.8 s)
+        keep = order
         tf32 = None if tf is None else tf[keep].astype(np.float32)
         devices, comp, mask, load_comp = devices[keep], comp[keep], mask[keep], load_comp[keep]
         terms = [(rr[:, :, keep], which) for rr, which in terms]
@@ -766,45 +762,6 @@ class _FloorCost:
             rr = (r_t.reshape(-1)[flat_idx] * mask).T[:, None, :]  # (kmax, 1, options)
             terms.append((np.ascontiguousarray(rr), np.zeros(len(read_keys), dtype=np.int64)))
         return terms
-
-    def _undominated(self, order, starts, devices, comp, receives, deadline: float | None = None, tf=None,
-                     unweighted=None):
-        """Options (sorted by exit) no other option of their exit beats: one nowhere worse, part
-        by part, in compute and in what it receives from every layout, has a floor at most as
-        large from every class. Returns them and the start of each exit among them.
-        ``unweighted`` (weighted period floors with a threshold): each part's unweighted compute;
-        then the unweighted compute and receive seconds are compared too, so an option kept for
-        a dropped one loads no part more and passes the threshold wherever the dropped one does."""
-        O = len(order)
-        energy = self.objective == "energy"
-        weighted = self.objective == "period" and self.weights is not None
-        cw = self.pc if energy else None  # per device: compute's price (weighted period: in ``comp``)
-        rw = self.rx if energy else self.weights if weighted else None  # and a received second's
-        cols = [cw[devices] * comp if cw is not None else comp]
-        if tf is not None:  # a larger stage-time floor is worse too
-            cols.append(tf[:, None])
-        if unweighted is not None:
-            cols.append(unweighted)
-        for r in receives:  # (parts, layouts, options)
-            if unweighted is not None:
-                cols.append(r.transpose(2, 0, 1).reshape(O, -1))
-            r = rw[devices].T[:, None, :] * r if rw is not None else r
-            cols.append(r.transpose(2, 0, 1).reshape(O, -1))
-        v = np.concatenate(cols, axis=1)  # (options, values)
-        keep, new_starts = [], []
-        for s, stop in zip(starts, list(starts[1:]) + [O]):
-            cols_x = order[s:stop]
-            new_starts.append(len(keep))
-            if len(cols_x) == 1 or len(cols_x) ** 2 * v.shape[1] > self.MAX_PAIRWISE:
-                keep.extend(cols_x)  # nothing to compare, or too many options to compare pairwise
-                continue
-            _check(deadline)  # one exit compares up to MAX_PAIRWISE values
-            vx = v[cols_x]
-            le = (vx[:, None, :] <= vx[None, :, :]).all(axis=2)  # le[i, j]: i nowhere worse than j
-            n_x = len(cols_x)
-            beaten = (le & ~le.T) | (le & le.T & (np.arange(n_x)[:, None] < np.arange(n_x)[None, :]))
-            keep.extend(cols_x[~beaten.any(axis=0)])
-        return np.array(keep, dtype=np.int64), np.array(new_starts, dtype=np.int64)
 
     def _received(self, pr: Pricer, t: str, layouts: list[tuple], need: np.ndarray):
         """(layouts, links, groups, parts) and the link class of each device: a lower bound on

@@ -45,7 +45,7 @@ INCUMBENT_PROVEN = 1e-7  # relative: a proven bound this close to the incumbent 
 FIRST_CAP = 4000  # arcs a round may enumerate after a round of fewer than FIRST_CAP / 16
 AIM_GROWTH = 4  # the next round aims at this many times the last round's arcs
 TINY_STEP = 1e-4  # relative: a round this close to the last that overflows is retried larger
-THRESHOLD_TIME = 0.3  # period: the threshold probes' most share of the time left
+THRESHOLD_TIME = 0.15  # period: the threshold probes' most share of the time left
 
 
 @dataclass(frozen=True)
