@@ -142,11 +142,35 @@ def stage_groups(instance: Instance, pr: Pricer, first: int, last: int,
             perms = list(permutations(range(n_dev), k) if types is None else type_orders(types, k))
             orders[k] = (perms, np.array(perms, dtype=np.int64).reshape(len(perms), k))
         perms, idx = orders[k]
-        per_dev = np.stack([_part_times(pr, part) for part in geos], axis=1)
+        prices = [_part_prices(pr, part, axis) for part in geos]
+        per_dev = np.stack([p.times for p in prices], axis=1)
         comp = per_dev[idx, np.arange(k)[None, :]]
-        weights = tuple(sum(pr.weight_bytes(part, axis).values()) for part in geos)
-        computed = tuple(pr.computed_bytes(part) for part in geos)
+        weights = tuple(p.weight for p in prices)
+        computed = tuple(p.computed for p in prices)
         out.append(StageGroup(first, last, axis, ranges, geos, perms, comp, weights, computed))
+    return out
+
+
+@dataclass(frozen=True)
+class PartPrices:
+    """What ``stage_groups`` needs of one part on one pricer: its compute seconds on every
+    device, its weight bytes and the bytes it computes."""
+
+    times: np.ndarray
+    weight: int
+    computed: int
+
+
+def _part_prices(pr: Pricer, part: PartGeometry, axis: str) -> PartPrices:
+    """The part's ``PartPrices``, remembered on the pricer per part object (the geometry
+    returns the same object for the same part range, which many layouts of a stage share)."""
+    cache = pr.__dict__.setdefault("_part_prices", {})
+    key = (id(part), axis == "channels")
+    hit = cache.get(key)
+    if hit is not None and hit[0] is part:  # the part is held in the value, so its id is not reused
+        return hit[1]
+    out = PartPrices(_part_times(pr, part), sum(pr.weight_bytes(part, axis).values()), pr.computed_bytes(part))
+    cache[key] = (part, out)
     return out
 
 
