@@ -201,7 +201,12 @@ def space_size(instance: Instance, symmetry: bool = True, stop_above: int | None
             for axis in axes:
                 key = (axis, stage_extent(instance, e, axis))
                 if key not in per_axis:
-                    per_axis[key] = sum(len(cut_vectors(instance, key[1], k)) * orders[k] for k in range(2, kmax + 1))
+                    count = 0
+                    for k in range(2, kmax + 1):  # (the larger k, the more cut vectors to list)
+                        count += len(cut_vectors(instance, key[1], k)) * orders[k]
+                        if stop_above is not None and total + stage + count > stop_above:
+                            return SpaceSize(total + stage + count, max(largest, stage + count))
+                    per_axis[key] = count
                 stage += per_axis[key]
             total += stage
             largest = max(largest, stage)
