@@ -134,3 +134,28 @@ def test_vgg16_4dev_uncapped_is_certified_with_the_same_optimum(objective, value
     assert res.value == pytest.approx(value, rel=1e-12)
     assert np.isclose(res.bound, res.value, rtol=1e-12)
     assert "ladder" not in res.info
+
+
+def test_the_enumeration_pauses_the_garbage_collector_and_restores_it():
+    """``build_stage_graph`` runs with the cyclic collector paused and leaves it as it found
+    it, also when the enumeration stops at its deadline."""
+    import gc
+
+    from formulations.stagegraph import build_stage_graph, gc_paused
+
+    inst = _fleet(3)
+    seen = []
+    with gc_paused():
+        seen.append(gc.isenabled())
+    assert seen == [False] and gc.isenabled()
+    sg = build_stage_graph(inst, objective="latency")
+    assert sg.arcs and gc.isenabled()
+    with pytest.raises(TimeoutError):
+        build_stage_graph(inst, objective="latency", deadline=0.0)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        build_stage_graph(inst, objective="latency")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
