@@ -131,22 +131,60 @@ def stage_groups(instance: Instance, pr: Pricer, first: int, last: int,
     n_dev = len(instance.devices)
     layouts = list(_layouts(instance, first, last, deadline))
     _check_count(instance, first, last, layouts, max_options, types)
-    orders: dict[int, list] = {}
     out = []
     for axis, ranges in layouts:
         if deadline is not None and time.perf_counter() > deadline:
             raise TimeoutError("the time limit ran out while pricing the stage options")
         geos = pr.geometry.parts(first, last, axis, list(ranges))
         k = len(ranges)
-        if k not in orders:
-            perms = list(permutations(range(n_dev), k) if types is None else type_orders(types, k))
-            orders[k] = (perms, np.array(perms, dtype=np.int64).reshape(len(perms), k))
-        perms, idx = orders[k]
-        per_dev = np.stack([_part_times(pr, part) for part in geos], axis=1)
+        perms, idx = _orders(n_dev, types, k)
+        prices = [_part_prices(pr, part, axis) for part in geos]
+        per_dev = np.stack([p.times for p in prices], axis=1)
         comp = per_dev[idx, np.arange(k)[None, :]]
-        weights = tuple(sum(pr.weight_bytes(part, axis).values()) for part in geos)
-        computed = tuple(pr.computed_bytes(part) for part in geos)
+        weights = tuple(p.weight for p in prices)
+        computed = tuple(p.computed for p in prices)
         out.append(StageGroup(first, last, axis, ranges, geos, perms, comp, weights, computed))
+    return out
+
+
+_ORDERS: dict = {}  # (devices, types, parts) -> (device orders, their array); a few entries
+
+
+def _orders(n_dev: int, types: DeviceTypes | None, k: int) -> tuple[list, np.ndarray]:
+    """The device orders of a k-part layout (every permutation, or one per sequence of orbits)
+    and the same as an array, shared by the groups of every stage (not to be modified)."""
+    key = (n_dev, types, k)
+    hit = _ORDERS.get(key)
+    if hit is None:
+        perms = list(permutations(range(n_dev), k) if types is None else type_orders(types, k))
+        idx = np.array(perms, dtype=np.int64).reshape(len(perms), k)
+        idx.setflags(write=False)
+        if len(_ORDERS) >= 64:
+            _ORDERS.clear()
+        hit = _ORDERS[key] = (perms, idx)
+    return hit
+
+
+@dataclass(frozen=True)
+class PartPrices:
+    """What ``stage_groups`` needs of one part on one pricer: its compute seconds on every
+    device, its weight bytes and the bytes it computes."""
+
+    times: np.ndarray
+    weight: int
+    computed: int
+
+
+def _part_prices(pr: Pricer, part: PartGeometry, axis: str) -> PartPrices:
+    """The part's ``PartPrices``, remembered on the pricer per part object (the geometry
+    returns the same object for the same part range, which many layouts of a stage share)."""
+    cache = pr.__dict__.setdefault("_part_prices", {})
+    key = (id(part), axis == "channels")
+    hit = cache.get(key)
+    if hit is not None and hit[0] is part:  # the part is held in the value, so its id is not reused
+        return hit[1]
+    out = PartPrices(_part_times(pr, part), sum(pr.weight_bytes(part, axis).values()), pr.computed_bytes(part))
+    cache[key] = (part, out)
     return out
 
 

@@ -21,8 +21,10 @@ stage with (``price_gather`` for the terminal gather).
 
 from __future__ import annotations
 
+import gc
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -198,6 +200,30 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     Raises ``SpaceTooLarge`` (a ``PlannerError``) when the graph would exceed ``max_arcs`` (the space is too large
     to enumerate; shrink ``search`` or give a tighter ``upper``).
     """
+    with gc_paused():
+        return _build_stage_graph(instance, max_arcs, progress, deadline, objective=objective, upper=upper,
+                                  drop_overflow=drop_overflow, bounds=bounds, memo=memo, reduction=reduction)
+
+
+@contextmanager
+def gc_paused():
+    """Python's cyclic garbage collector paused (and restored as it was). The enumeration
+    allocates millions of containers (states, pending arcs, the memo) and no reference cycles;
+    each full collection traverses all of them and cannot be interrupted: on
+    ``fleet/vgg16-4dev-uncapped.yaml`` period (60 s) 28 of them took 25 s, up to 3.7 s each,
+    and ran the solve past its time limit. Reference counting still frees everything."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: float | None, *, objective: str,
+                       upper: float | None, drop_overflow: bool, bounds: LayoutBounds | None, memo: dict | None,
+                       reduction: str) -> StageGraph:
     t0 = time.perf_counter()
     pr = pricer(instance)
     g = instance.graph
@@ -554,6 +580,7 @@ class _ExactFloors:
             self.inv_bw[EXTERNAL] = np.array([1.0 / b for b in net.source.bandwidth_Bps])
             self.lat[EXTERNAL] = np.array(net.source.latency_s, dtype=float)
         self.wsum = {}
+        self.flat_index: dict = {}  # id(table) -> (table, flat index of its options' parts, width)
         types = types if types is not None else trivial_types(n_dev)
         self.orbit_of = np.array(types.orbit, dtype=np.int64)
         self.orbits = [list(o) for o in types.orbits]
@@ -581,14 +608,29 @@ class _ExactFloors:
             own = np.array([(r.rows[0], r.rows[1], r.chans[0], r.chans[1]) for _, r in lst], dtype=np.int64)
             nbytes = (box_cells(need[:, :, None, :], own[None, None, :, :])
                       * self.pr.unit_bytes(t)).astype(float)  # (groups, parts, owners)
+            msgs = (nbytes > 0).astype(float)
             inv_bw = np.array([self.inv_bw[o] for o in ids])  # (owners, devices)
             lat = np.array([self.lat[o] for o in ids])
-            tt = nbytes[..., None] * inv_bw[None, None] + (nbytes > 0)[..., None] * lat[None, None]
-            recv += tt.sum(axis=2)
+            # sums over the owners as products (the same sums up to rounding; the floors are
+            # lowered by a relative 1e-9 where they prune, and only select options to price)
+            recv += nbytes @ inv_bw + msgs @ lat
             if energy is not None:
-                tx = np.array([self.tx[o] for o in ids])
-                energy += (tt * (tx[:, None] + self.rx[None, :])[None, None]).sum(axis=2)
+                price = np.array([self.tx[o] for o in ids])[:, None] + self.rx[None, :]  # J per second
+                energy += nbytes @ (inv_bw * price) + msgs @ (lat * price)
         return recv, energy
+
+    def _flat_index(self, tab, group, kmax: int, width: int) -> np.ndarray:
+        """(options, parts): the flat index of (group, part, 0) in a (groups, parts, width)
+        array; remembered for the whole table's options (``group is tab.group``)."""
+        whole = group is tab.group
+        if whole:
+            hit = self.flat_index.get(id(tab))
+            if hit is not None and hit[0] is tab and hit[1].shape[1] == kmax and hit[2] == width:
+                return hit[1]
+        out = (group[:, None] * kmax + np.arange(kmax)[None, :]) * width
+        if whole:
+            self.flat_index[id(tab)] = (tab, out, width)
+        return out
 
     def option_floors(self, tab, recv, energy, group, index, devices, comp, mask) -> np.ndarray:
         """The floors of options (``group``, ``devices``, ``comp``, ``mask`` per option), their
@@ -598,14 +640,14 @@ class _ExactFloors:
             if w is None:
                 w = self.wsum[id(tab)] = np.array([sum(grp.weights) / self.n_dev for grp in tab.groups])
             return w[group]
-        parts = np.arange(comp.shape[1])[None, :]
-        r = recv[group[:, None], parts, index] * mask  # (options, parts)
+        flat = self._flat_index(tab, group, comp.shape[1], recv.shape[2]) + index  # into recv[g, j, index]
+        r = recv.reshape(-1)[flat] * mask  # (options, parts)
         if self.objective == "latency":
             if self.shared:
                 return r.sum(axis=1) + comp.max(axis=1)
             return (comp + r).max(axis=1)
         if self.objective == "energy":
-            en = energy[group[:, None], parts, index] * mask
+            en = energy.reshape(-1)[flat] * mask
             return (self.pc[devices] * comp * mask).sum(axis=1) + en.sum(axis=1)
         return (comp + r).sum(axis=1) / self.n_dev
 

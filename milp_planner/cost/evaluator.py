@@ -31,9 +31,9 @@ from milp_planner.model.graph import last_readers
 from milp_planner.space.geometry import (
     PartGeometry,
     Region,
-    StageGeometry,
     full_region,
     intersect_cells,
+    stage_geometry,
     tensor_grid,
 )
 from milp_planner.instance import Instance
@@ -155,7 +155,7 @@ class Pricer:
     def __init__(self, instance: Instance):
         self.instance = instance
         self.graph = instance.graph
-        self.geometry = StageGeometry(instance.graph)
+        self.geometry = stage_geometry(instance.graph)  # shared by the pricers of one graph (sub-fleets)
         self.net = instance.network
         self.n_dev = len(instance.devices)
         self._time: dict = {}

@@ -39,6 +39,7 @@ from milp_planner.planners.base import OPTIMAL_GAP, Option, Planner, PlanResult,
 from milp_planner.planners.subfleet import (LADDER_MIN_LIMIT_S, LADDER_SHARE, MIN_TRY_S, NO_LIMIT_IMPROVE_S,
                                             ImproveReport, Restriction, neighbourhoods, search_restricted)
 from milp_planner.planners.subfleet import ladder as subfleet_ladder
+from milp_planner.planners.subfleet import ladder_pays
 from milp_planner.space.plan import Plan
 
 FALLBACK_S = 0.5  # seconds the single-device fallback may take once the time limit has run out
@@ -263,12 +264,14 @@ class ExactPlanner(Planner):
     def subfleet_ladder(self, instance: Instance, ctx: SolveContext, start: StartReport | None) -> Ladder | None:
         """The sub-fleet ladder (``planners.subfleet``) within ``LADDER_SHARE`` of the time limit;
         its best plan, if better, becomes the anytime start's incumbent. None: not run (no
-        anytime start, option ``improve`` off, no time limit or one under ``LADDER_MIN_LIMIT_S``)."""
+        anytime start, option ``improve`` off, no time limit or one under ``LADDER_MIN_LIMIT_S``,
+        or latency and energy over a small space, where the full search goes first: ``ladder_pays``)."""
         if start is None or not self.options.get("improve", True) or ctx.time_limit is None \
                 or ctx.time_limit < LADDER_MIN_LIMIT_S:
             return None
         rungs = subfleet_ladder(instance, ctx.objective)
-        if not rungs:
+        if not rungs or not ladder_pays(instance, ctx.objective, int(self.options.get("max_options", 250_000)),
+                                        bool(self.options.get("symmetry", True))):
             return None
         best = start.start.value if start.start else None
         deadline = time.perf_counter() + LADDER_SHARE * ctx.time_limit

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import cached_property
+from functools import lru_cache
 from math import prod
 
 from milp_planner.model.graph import EMPTY, Interval, LayerGraph, hull, input_rows, length, overlap
@@ -22,10 +22,12 @@ from milp_planner.model.graph import EMPTY, Interval, LayerGraph, hull, input_ro
 class Region:
     rows: Interval
     chans: Interval
+    #: rows x channels; computed once here, since the stage pricing asks for it millions of times
+    cells: int = field(init=False, repr=False, compare=False)
 
-    @cached_property
-    def cells(self) -> int:  # remembered: the stage pricing asks for it millions of times
-        return length(self.rows) * length(self.chans)
+    def __post_init__(self) -> None:
+        r, c = self.rows, self.chans
+        object.__setattr__(self, "cells", max(0, r[1] - r[0]) * max(0, c[1] - c[0]))
 
     @property
     def empty(self) -> bool:
@@ -60,6 +62,12 @@ def full_region(graph: LayerGraph, tensor: str) -> Region:
     return Region((0, h), (0, c))
 
 
+@lru_cache(maxsize=65536)
+def _fraction(p: int, q: int) -> Fraction:
+    """Fraction(p, q), remembered (the geometry builds the same shares thousands of times)."""
+    return Fraction(p, q)
+
+
 def round_half_up(p: int, q: int) -> int:
     """round(p / q) half up on the exact rational: floor((2p + q) / 2q) (docs/model.md section 3)."""
     return (2 * p + q) // (2 * q)
@@ -86,6 +94,7 @@ class StageGeometry:
     def __init__(self, graph: LayerGraph):
         self.graph = graph
         self._cache: dict = {}
+        self._part_cache: dict = {}  # (first, last, axis, range) -> PartGeometry
         self._exits: dict = {}
         self._inputs: dict = {}
 
@@ -119,30 +128,43 @@ class StageGeometry:
 
     # -- parts ------------------------------------------------------------------------------
     def parts(self, first: int, last: int, axis: str, ranges) -> list[PartGeometry]:
-        """Geometry of every part; ``ranges`` holds one (start, stop) per part (None = all)."""
+        """Geometry of every part; ``ranges`` holds one (start, stop) per part (None = all).
+
+        Each part is remembered by its own range (the layouts of a stage share many part
+        ranges), so the same range gives the same ``PartGeometry`` object."""
         key = (first, last, axis, tuple(ranges))
         hit = self._cache.get(key)
         if hit is None:
-            if axis == "channels":
-                hit = [self._channel_part(first, r) for r in ranges]
-            else:
-                hit = [self._row_part(first, last, axis, r) for r in ranges]
             if len(self._cache) > 200_000:
                 self._cache.clear()
+                self._part_cache.clear()
+            hit = [self._part(first, last, axis, r) for r in ranges]
             self._cache[key] = hit
         return hit
 
+    def _part(self, first: int, last: int, axis: str, rng) -> PartGeometry:
+        key = (first, last, axis, rng)
+        part = self._part_cache.get(key)
+        if part is None:
+            if axis == "channels":
+                part = self._channel_part(first, rng)
+            else:
+                part = self._row_part(first, last, axis, rng)
+            self._part_cache[key] = part
+        return part
+
     def _row_part(self, first: int, last: int, axis: str, rng) -> PartGeometry:
         g = self.graph
-        last_rows = g.layers[last].rows
+        layers = g.layers
+        last_rows = layers[last].rows
         if axis == "none" or rng is None:
             rng = (0, last_rows)
         a, b = rng
         part = PartGeometry()
-        exits = set(self.exit_tensors(first, last))
+        exits = self._exit_set(first, last)
         req: dict[int, Interval] = {}
         for lid in range(last, first - 1, -1):
-            layer = g.layers[lid]
+            layer = layers[lid]
             h_out = layer.rows
             iv = EMPTY
             if layer.output in exits:
@@ -155,19 +177,21 @@ class StageGeometry:
                 part.owns[layer.output] = Region(own, (0, layer.channels))
                 iv = own
             for c in g.consumers(layer.output):
-                if first <= c <= last and length(req.get(c, EMPTY)):
-                    iv = hull(iv, input_rows(g.layers[c].rowdep, req[c], h_out))
-            if length(iv) and not layer.row_splittable:
-                iv = (0, h_out)
-            req[lid] = iv
-            if length(iv):
+                if first <= c <= last:
+                    rc = req.get(c)
+                    if rc is not None and rc[0] < rc[1]:
+                        iv = hull(iv, input_rows(layers[c].rowdep, rc, h_out))
+            if iv[0] < iv[1]:
+                if not layer.row_splittable:
+                    iv = (0, h_out)
                 part.computed[lid] = Region(iv, (0, layer.channels))
-                part.fraction[lid] = Fraction(length(iv), h_out)
+                part.fraction[lid] = _fraction(iv[1] - iv[0], h_out)
+            req[lid] = iv
         for lid in range(first, last + 1):
             iv = req[lid]
-            if not length(iv):
+            if iv[0] >= iv[1]:
                 continue
-            layer = g.layers[lid]
+            layer = layers[lid]
             for t in layer.inputs:
                 p = g.producer(t)
                 if p is not None and p >= first:
@@ -176,8 +200,15 @@ class StageGeometry:
                 rows = input_rows(layer.rowdep, iv, h_in) if layer.row_splittable else (0, h_in)
                 prev = part.needs.get(t)
                 rows = hull(prev.rows, rows) if prev else rows
-                part.needs[t] = Region(rows, (0, c_in)) if length(rows) else NOTHING
+                part.needs[t] = Region(rows, (0, c_in)) if rows[0] < rows[1] else NOTHING
         return part
+
+    def _exit_set(self, first: int, last: int) -> frozenset[str]:
+        key = (first, last, "set")
+        hit = self._exits.get(key)
+        if hit is None:
+            hit = self._exits[key] = frozenset(self.exit_tensors(first, last))
+        return hit
 
     def _channel_part(self, lid: int, rng) -> PartGeometry:
         g = self.graph
@@ -203,3 +234,22 @@ class StageGeometry:
                 chans = (g0 * per_in, g1 * per_in)
             part.needs[t] = Region((0, h_in), chans)
         return part
+
+
+_SHARED: list[tuple[LayerGraph, StageGeometry]] = []  # most recently used last
+_SHARED_SIZE = 4
+
+
+def stage_geometry(graph: LayerGraph) -> StageGeometry:
+    """The ``StageGeometry`` shared by every pricer of ``graph``: the geometry is device-free,
+    so the sub-fleets of an instance (which keep its graph object) reuse the parts already
+    built. Keyed by the graph object itself (held here, so it is not collected meanwhile)."""
+    for i, (g, geo) in enumerate(_SHARED):
+        if g is graph:
+            if i != len(_SHARED) - 1:
+                _SHARED.append(_SHARED.pop(i))
+            return geo
+    geo = StageGeometry(graph)
+    _SHARED.append((graph, geo))
+    del _SHARED[:-_SHARED_SIZE]
+    return geo
