@@ -90,16 +90,33 @@ class PathArrays:
         return path[::-1]
 
 
-def cap_arrays(sg: StageGraph, caps: list[int | None]):
+def cap_arrays(sg: StageGraph, caps: list[int | None], deadline: float | None = None):
     """(capped devices, their caps, weights and working sets per arc x capped device, arcs
-    that overflow no cap alone), in bytes as int64 so that a cap compares exactly."""
+    that overflow no cap alone), in bytes as int64 so that a cap compares exactly.
+    ``TimeoutError`` past ``deadline`` (checked every ``ARC_CHUNK`` arcs)."""
     devs = [d for d, c in enumerate(caps) if c is not None]
     n_arcs = len(sg.arcs)
     cap = np.array([caps[d] for d in devs], dtype=np.int64)
-    W = np.array([[a.weights[d] for d in devs] for a in sg.arcs], dtype=np.int64).reshape(n_arcs, len(devs))
-    K = np.array([[a.working[d] for d in devs] for a in sg.arcs], dtype=np.int64).reshape(n_arcs, len(devs))
+    n_dev = len(caps)
+    W = arc_matrix(sg.arcs, "weights", n_dev, deadline)[:, devs].reshape(n_arcs, len(devs))
+    K = arc_matrix(sg.arcs, "working", n_dev, deadline)[:, devs].reshape(n_arcs, len(devs))
     fits = ~((W + K) > cap).any(axis=1) if devs else np.ones(n_arcs, dtype=bool)
     return devs, cap, W, K, fits
+
+
+ARC_CHUNK = 100_000  # arcs laid out between two deadline checks
+
+
+def arc_matrix(arcs, field: str, width: int, deadline: float | None = None, dtype=np.int64) -> np.ndarray:
+    """(arcs, devices): each arc's per-device tuple ``field`` (e.g. ``weights``), built
+    ``ARC_CHUNK`` arcs at a time: a round's graph can hold millions of arcs, and laying them
+    out took 6 s past the deadline. ``TimeoutError`` past ``deadline``."""
+    parts = []
+    for lo in range(0, len(arcs), ARC_CHUNK):
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeoutError("the time limit ran out while laying out the stage arcs")
+        parts.append(np.array([getattr(a, field) for a in arcs[lo:lo + ARC_CHUNK]], dtype=dtype))
+    return np.concatenate(parts).reshape(len(arcs), width) if parts else np.zeros((0, width), dtype=dtype)
 
 
 @dataclass

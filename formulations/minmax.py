@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formulations.caps import PathArrays, cap_arrays
+from formulations.caps import PathArrays, arc_matrix, cap_arrays
 from formulations.stagegraph import StageGraph
 
 MINMAX = ("period", "memory")
@@ -85,17 +85,30 @@ class _Problem:
     """The graph's arcs as label columns: summed columns ``add`` and maxed columns ``mx``, their
     terminal values and the suffix floors, and how a label's floor and caps are read."""
 
-    def __init__(self, sg: StageGraph, objective: str, pa: PathArrays):
+    def __init__(self, sg: StageGraph, objective: str, pa: PathArrays, deadline: float | None = None):
+        def check():  # a graph of millions of arcs takes seconds to lay out (LabelBudget past the deadline)
+            if deadline is not None and time.perf_counter() > deadline:
+                raise LabelBudget("the time limit ran out")
+
+        check()
         inst = sg.instance
         n_arcs, n_dev = len(sg.arcs), len(inst.devices)
         self.objective, self.n_dev, self.pa = objective, n_dev, pa
         caps = [dev.memory_bytes if inst.constraints.memory else None for dev in inst.devices]
-        capped, capv, Wc, Kc, self.usable = cap_arrays(sg, caps)
+        try:
+            capped, capv, Wc, Kc, self.usable = cap_arrays(sg, caps, deadline)
+        except TimeoutError:
+            raise LabelBudget("the time limit ran out") from None
+        check()
         term_nodes = pa.term_nodes
         terms = [sg.terminals[int(t)] for t in term_nodes]
         add, tadd, mx = [], [], []
-        W = np.array([a.weights for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
-        K = np.array([a.working for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
+        try:
+            W = arc_matrix(sg.arcs, "weights", n_dev, deadline, float)
+            K = arc_matrix(sg.arcs, "working", n_dev, deadline, float)
+        except TimeoutError:
+            raise LabelBudget("the time limit ran out") from None
+        check()
         self.shared = objective == "period" and inst.network.medium == "shared"
         if objective == "period":
             L = np.array([a.load for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
@@ -520,7 +533,10 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
     pa = arrays or PathArrays(sg)
     if not len(sg.arcs) or not len(pa.term_nodes):
         return MinMaxResult([], math.inf, upper, False, none_within=True)
-    prob = _Problem(sg, objective, pa)
+    try:
+        prob = _Problem(sg, objective, pa, deadline)
+    except LabelBudget:  # the deadline passed while the arcs were laid out: nothing new proven
+        return MinMaxResult([], math.inf, lower, False, stopped=True)
     lo = max(lower, graph_floor(prob, sg.source))
     if not math.isfinite(lo):  # no path avoids the arcs that alone overflow a cap
         return MinMaxResult([], math.inf, upper, False, none_within=True)
