@@ -922,16 +922,8 @@ def _widen(reg, grid: tuple, cells: int):
 
 def _incoming_links(instance: Instance):
     """Per device: the smallest seconds per byte and per message of any link into it."""
-    net = instance.network
-    n_dev = len(instance.devices)
-    inv_bw = np.zeros(n_dev)
-    lat = np.zeros(n_dev)
-    for d in range(n_dev):
-        senders = [s for s in range(n_dev) if s != d]
-        if senders:
-            inv_bw[d] = min(1.0 / net.bandwidth_Bps[s][d] for s in senders)
-            lat[d] = min(net.latency_s[s][d] for s in senders)
-    return inv_bw, lat
+    inv_bw, lat = ranked_incoming_links(instance)
+    return inv_bw[:, 0].copy(), lat[:, 0].copy()
 
 
 def ranked_incoming_links(instance: Instance):
