@@ -132,12 +132,21 @@ class StageTable:
             devices = np.zeros((O, kmax), dtype=np.int64)
             comp = np.zeros((O, kmax))
             mask = np.zeros((O, kmax))
-            for oi, (gi, p) in enumerate(zip(self.group, self.perm)):
-                grp = self.groups[gi]
+            group, perm = np.asarray(self.group), np.asarray(self.perm)
+            bounds = np.searchsorted(group, np.arange(len(self.groups) + 1)) if (np.diff(group) >= 0).all() else None
+            orders: dict = {}  # the groups of a stage share their device-order lists
+            for gi, grp in enumerate(self.groups):  # one block of rows per group, not a loop per option
+                rows = slice(bounds[gi], bounds[gi + 1]) if bounds is not None else np.flatnonzero(group == gi)
                 k = len(grp.geos)
-                devices[oi, :k] = grp.perms[p]
-                comp[oi, :k] = grp.comp[p]
-                mask[oi, :k] = 1.0
+                sel = perm[rows]
+                if not len(sel):
+                    continue
+                arr = orders.get(id(grp.perms))
+                if arr is None:
+                    arr = orders[id(grp.perms)] = np.asarray(grp.perms, dtype=np.int64).reshape(-1, k)
+                devices[rows, :k] = arr[sel]
+                comp[rows, :k] = np.asarray(grp.comp)[sel]
+                mask[rows, :k] = 1.0
             needs = {}
             for gi, grp in enumerate(self.groups):
                 for j, geo in enumerate(grp.geos):
@@ -640,7 +649,6 @@ class _FloorCost:
         order = np.argsort(tab.head, kind="stable")
         starts = np.flatnonzero(np.r_[True, np.diff(tab.head[order]) != 0])
         exit_ids = tab.head[order][starts]
-        terms = self._terms(lb, pr, tab, read_keys, deadline, first)
         load_comp = comp  # unweighted: each part's relaxed compute (the threshold filter's)
         weighted = self.objective == "period" and self.weights is not None
         if weighted:
@@ -653,13 +661,12 @@ class _FloorCost:
         # same bounds: the coarse relaxation of ResNet-101 on 4 AutoDiCE boards 39 s -> 7 s,
         # the full one of VGG-19 there, period, 8.4 s -> 2.8 s)
         keep = order
-        tf32 = None if tf is None else tf[keep].astype(np.float32)
-        devices, comp, mask, load_comp = devices[keep], comp[keep], mask[keep], load_comp[keep]
-        terms = [(rr[:, :, keep], which) for rr, which in terms]
         # float32 halves the memory traffic; the floors are lowered by far more than its
         # rounding (SAFE) so they stay lower bounds
+        terms = self._terms(lb, pr, tab, read_keys, deadline, first, keep=keep, dtype=np.float32)
+        tf32 = None if tf is None else tf[keep].astype(np.float32)
+        devices, comp, mask, load_comp = devices[keep], comp[keep], mask[keep], load_comp[keep]
         comp32 = comp.astype(np.float32)
-        terms = [(rr.astype(np.float32), which) for rr, which in terms]
         load32 = load_comp.T.astype(np.float32)[:, None, :]  # (parts, 1, options)
         mask32 = mask.T.astype(np.float32)[:, None, :]
 
@@ -734,14 +741,20 @@ class _FloorCost:
         return out
 
     def _terms(self, lb: LayoutBounds, pr: Pricer, tab: StageTable, read_keys: list[tuple],
-               deadline: float | None, first: bool) -> list:
+               deadline: float | None, first: bool, keep: np.ndarray | None = None, dtype=float) -> list:
         """Per tensor the stage reads: ((parts, layouts + 1, options) received seconds, per read
         key the row of its layout); the last row: the tensor is not in the class, nothing.
-        A ``first`` stage also receives the graph's inputs from the source (one row)."""
+        A ``first`` stage also receives the graph's inputs from the source (one row).
+        ``keep``: the options (columns) in this order; ``dtype``: of the arrays returned."""
         devices, comp, mask, needs = tab.flat()
-        O, kmax = comp.shape
+        group = tab.group
+        if keep is not None:
+            devices, mask, group = devices[keep], mask[keep], group[keep]
+        O, kmax = devices.shape
         G = len(tab.groups)
-        flat_idx = devices * (G * kmax) + tab.group[:, None] * kmax + np.arange(kmax)[None, :]
+        part = np.arange(kmax)[:, None]
+        flat_idx = (devices * (G * kmax) + group[:, None] * kmax).T + part  # (parts, options)
+        mask_t = mask.T  # (parts, options)
         terms = []
         for t in sorted({t for key in read_keys for t, _ in key}):
             if t not in needs:
@@ -751,16 +764,16 @@ class _FloorCost:
             pos = {lid: i for i, lid in enumerate(lids)}
             regions = {lid: regs for regs, lid in lb.layouts[t].items()}
             r_t, link = self._received(pr, t, [regions[lid] for lid in lids], needs[t])  # (L, links, G, kmax)
-            idx_t = link[devices] * (G * kmax) + tab.group[:, None] * kmax + np.arange(kmax)[None, :]
-            rr = (r_t.reshape(len(lids), -1)[:, idx_t] * mask[None]).transpose(2, 0, 1)  # (kmax, L, options)
-            rr = np.ascontiguousarray(np.concatenate([rr, np.zeros((kmax, 1, O))], axis=1))
+            idx_t = (link[devices] * (G * kmax) + group[:, None] * kmax).T + part  # (parts, options)
+            rr = np.zeros((kmax, len(lids) + 1, O), dtype=dtype)  # the last row stays 0
+            rr[:, :-1] = (r_t.reshape(len(lids), -1)[:, idx_t] * mask_t[None]).transpose(1, 0, 2)
             which = np.array([pos.get(dict(key).get(t), len(lids)) for key in _checked(read_keys, deadline)],
                              dtype=np.int64)
             terms.append((rr, which))
         for t in sorted(self.inputs & set(needs)) if first else ():
             r_t = self._from_source(pr, t, needs[t])  # (dev, G, kmax)
-            rr = (r_t.reshape(-1)[flat_idx] * mask).T[:, None, :]  # (kmax, 1, options)
-            terms.append((np.ascontiguousarray(rr), np.zeros(len(read_keys), dtype=np.int64)))
+            rr = (r_t.reshape(-1)[flat_idx] * mask_t)[:, None, :].astype(dtype)  # (kmax, 1, options)
+            terms.append((rr, np.zeros(len(read_keys), dtype=np.int64)))
         return terms
 
     def _received(self, pr: Pricer, t: str, layouts: list[tuple], need: np.ndarray):
