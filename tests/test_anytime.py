@@ -95,7 +95,7 @@ def test_floor_is_not_trivial():
 # -- the anytime start, the bound and its source ------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOOR_SOURCES = ("fluid", "compute-only", "weights")
+FLOOR_SOURCES = ("fluid", "compute-only", "flow", "weights")
 SOURCES = ("certified", "rounds", "coarse") + FLOOR_SOURCES
 
 

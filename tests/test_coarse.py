@@ -185,7 +185,7 @@ def test_planner_reports_the_coarse_bound(case):
     inst = CASES[case]()
     opt = optimum(case, "latency")
     forced = solve(inst, relaxation="coarse")
-    assert forced.info["bound_source"] in ("coarse", "fluid", "compute-only")
+    assert forced.info["bound_source"] in ("coarse", "fluid", "compute-only", "flow")
     assert forced.bound <= opt * (1 + REL)
     assert forced.value is not None and forced.bound <= forced.value
     if forced.info["bound_source"] == "coarse":
@@ -223,7 +223,7 @@ def test_auto_falls_back_to_the_coarse_relaxation_when_the_full_one_hits_the_mem
     monkeypatch.setattr(rounds, "_full_bounds", over_budget)
     res = solve(inst)
     assert res.info.get("relaxation") == "coarse" and "memory budget" in res.message
-    assert res.info["bound_source"] in ("coarse", "fluid", "compute-only")
+    assert res.info["bound_source"] in ("coarse", "fluid", "compute-only", "flow")
     assert res.plan is not None and res.bound <= opt * (1 + REL)
 
 
@@ -239,5 +239,5 @@ def test_cli_json_says_coarse(tmp_path, capsys):
     code = main(["solve", str(path), "--planner", "dp", "-O", "relaxation=coarse", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
-    assert out["bound_source"] in ("coarse", "fluid", "compute-only")
+    assert out["bound_source"] in ("coarse", "fluid", "compute-only", "flow")
     assert out["bound"] <= out["objective"] * (1 + REL)

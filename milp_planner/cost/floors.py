@@ -37,6 +37,10 @@ Why the bounds hold (docs/model.md section 4):
   at least the time of the largest layer no plan can split, on its fastest device.
 - *Energy* ``>= sum_l min_d power_d g_d(m_l)``: compute energy only, each layer at the least
   energy per unit of work.
+- *Flow* (energy and period, ``milp_planner.cost.flow``): an LP over the share of each layer
+  every device computes, which also counts the transfers those shares force (the model input
+  from the source, each tensor a device reads but did not compute, the gather); reported as
+  ``flow`` when it beats the floors above.
 - *Memory* (the largest device): the devices together store every weight of every computed layer
   (a channel part its share, rounded half up, so at least ``params - max_parts / 2`` elements)
   and, in the stage that computes it, every needed row of each layer's output: the largest
@@ -61,7 +65,7 @@ class Floor(NamedTuple):
     """A lower bound on an objective over every plan, and which argument gave it."""
 
     value: float
-    source: str  # "fluid" | "compute-only" | "weights" | "none"
+    source: str  # "fluid" | "compute-only" | "flow" | "weights" | "none"
 
 
 class _Affine(NamedTuple):
@@ -88,13 +92,14 @@ def lower_floor(instance: Instance, objective: str | None = None) -> Floor:
     if objective == "energy":
         power = [float(d.power.compute_w) for d in instance.devices]
         value = sum(min(power[d] * cost[d, l.id] for d in range(n_dev)) for l in layers)
-        return Floor(_safe(value), "compute-only")
+        return _with_flow(instance, objective, Floor(_safe(value), "compute-only"))
     whole = [l for l in layers if not _splittable(instance, l)]
     whole_cost = [min(cost[d, l.id] for d in range(n_dev)) for l in whole]
     if objective == "period":
         fluid = _fluid(cost, [l.id for l in layers], n_dev, n_dev)
         biggest = max(whole_cost, default=0.0)
-        return Floor(_safe(biggest), "compute-only") if biggest > fluid else Floor(_safe(fluid), "fluid")
+        floor = Floor(_safe(biggest), "compute-only") if biggest > fluid else Floor(_safe(fluid), "fluid")
+        return _with_flow(instance, objective, floor)
     if objective != "latency":
         raise ValueError(f"unknown objective {objective!r}")
     k = max(1, min(instance.search.max_parts, n_dev))
@@ -104,6 +109,17 @@ def lower_floor(instance: Instance, objective: str | None = None) -> Floor:
     if compute_only > fluid:
         return Floor(_safe(compute_only), "compute-only")
     return Floor(_safe(fluid), "fluid")
+
+
+def _with_flow(instance: Instance, objective: str, floor: Floor) -> Floor:
+    """``floor``, or the flow floor (``milp_planner.cost.flow``: the transfers the layer graph
+    forces, counted) when that is higher."""
+    from milp_planner.cost.flow import flow_floor
+
+    flow = flow_floor(instance, objective)
+    if flow is not None and flow.value > floor.value:
+        return Floor(flow.value, "flow")
+    return floor
 
 
 def fluid_weights(instance: Instance) -> list[float] | None:

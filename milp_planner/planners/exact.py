@@ -167,7 +167,7 @@ class ExactPlanner(Planner):
         - ``rounds``: the rounds' proven bound (layout relaxation and bounded enumeration);
         - ``coarse``: the coarse relaxation's bound (``formulations.coarse``), the full one having
           refused or run out of its share of the time;
-        - ``fluid`` / ``compute-only`` / ``weights``: a floor of ``milp_planner.cost.floors``, valid
+        - ``fluid`` / ``compute-only`` / ``flow`` / ``weights``: a floor of ``milp_planner.cost.floors``, valid
           for every plan, when it beats what the rounds proved;
         - ``enumeration``: bruteforce saw every plan; ``none``: no bound (proven infeasible, or
           bruteforce stopped early).

@@ -145,6 +145,8 @@ _FLOOR_TEXT = {
     "fluid": "fluid floor: each layer's work spread over all devices at best, communication free",
     "compute-only": "compute-only floor: the fluid floor, with every layer no plan can split whole on its "
                     "fastest device (energy: each layer at its least energy), communication free",
+    "flow": "flow floor: an LP over the share of each layer every device computes, with the transfers "
+            "those shares force (the input from the source, tensors read but not computed, the gather)",
     "weights": "memory floor: every weight and every needed output row stored somewhere, spread evenly",
     "coarse": "coarse layout relaxation: the newest tensor's layout only (other tensors read free), "
               "devices merged into fewer types when they have too many orders",
@@ -153,7 +155,7 @@ _FLOOR_TEXT = {
 
 def bound_source(result) -> str | None:
     """Where ``result.bound`` comes from, as a short code (``solve --json`` prints it):
-    ``certified``, ``rounds``, ``coarse``, ``fluid``, ``compute-only``, ``weights`` (exact planners, decided
+    ``certified``, ``rounds``, ``coarse``, ``fluid``, ``compute-only``, ``flow``, ``weights`` (exact planners, decided
     by ``ExactPlanner.settle_bound``), ``enumeration`` (bruteforce), ``lp-relaxation``
     (lp-round), ``none``; None for planners that prove nothing."""
     info = result.info or {}
