@@ -692,9 +692,16 @@ class _FloorCost:
             for lo in range(0, P, self.CHUNK):
                 _check(deadline)
                 hi = min(P, lo + self.CHUNK)
-                rr = np.zeros((comp.shape[1], 1, len(keep)), dtype=np.float32)
+                rr = None
                 for r_t, which in terms:
-                    rr = rr + r_t[:, which[lo:hi]]
+                    sel = which[lo:hi]
+                    if len(sel) and (np.diff(sel) == 1).all():  # consecutive layouts: a view, no copy
+                        part_rr = r_t[:, sel[0]:sel[-1] + 1]
+                    else:
+                        part_rr = r_t[:, sel]
+                    rr = part_rr if rr is None else rr + part_rr
+                if rr is None:
+                    rr = np.zeros((comp.shape[1], 1, len(keep)), dtype=np.float32)
                 out[lo:hi][:, exit_ids] = least(rr)
         return out * (1 - SAFE)
 
@@ -764,9 +771,14 @@ class _FloorCost:
             pos = {lid: i for i, lid in enumerate(lids)}
             regions = {lid: regs for regs, lid in lb.layouts[t].items()}
             r_t, link = self._received(pr, t, [regions[lid] for lid in lids], needs[t])  # (L, links, G, kmax)
-            idx_t = (link[devices] * (G * kmax) + group[:, None] * kmax).T + part  # (parts, options)
+            flat_t = r_t.reshape(len(lids), -1)
+            # padding parts read a zero column (instead of a multiplication by the mask)
+            src = np.zeros((len(lids), flat_t.shape[1] + 1), dtype=dtype)
+            src[:, :-1] = flat_t
+            idx_t = np.where(mask_t > 0, (link[devices] * (G * kmax) + group[:, None] * kmax).T + part, flat_t.shape[1])
             rr = np.zeros((kmax, len(lids) + 1, O), dtype=dtype)  # the last row stays 0
-            rr[:, :-1] = (r_t.reshape(len(lids), -1)[:, idx_t] * mask_t[None]).transpose(1, 0, 2)
+            for j in range(kmax):  # one contiguous (layouts, options) gather per part
+                np.take(src, idx_t[j], axis=1, out=rr[j, :-1])
             which = np.array([pos.get(dict(key).get(t), len(lids)) for key in _checked(read_keys, deadline)],
                              dtype=np.int64)
             terms.append((rr, which))
@@ -854,9 +866,11 @@ class _FloorCost:
                 longest = comp.max(axis=1) if tf is None else np.maximum(comp.max(axis=1), tf)
                 return longest[None] + rr.sum(axis=0)
             out = comp[:, 0][None] + rr[0]
-            for j in range(1, comp.shape[1]):
-                out = np.maximum(out, comp[:, j][None] + rr[j])
-            return out if tf is None else np.maximum(out, tf[None])
+            tmp = np.empty_like(out)
+            for j in range(1, comp.shape[1]):  # in place: these are (rows, options) arrays
+                np.add(comp[:, j][None], rr[j], out=tmp)
+                np.maximum(out, tmp, out=out)
+            return out if tf is None else np.maximum(out, tf[None], out=out)
         if obj == "energy":
             return (self.pc[devices] * comp * mask).sum(axis=1)[None] + (self.rx[devices].T[:, None, :] * rr).sum(axis=0)
         if obj == "period":

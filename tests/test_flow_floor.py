@@ -141,3 +141,21 @@ def test_row_ratio_is_the_least_over_every_row_range(dep, h_out, h_in):
 def test_objectives_checked():
     with pytest.raises(ValueError, match="energy and period"):
         flow.flow_floor(CASES["fc"](), "latency")
+
+
+def test_dp_stops_when_the_floor_proves_its_start():
+    """One device computes everything cheapest and every transfer it makes is forced (the input
+    from the external source, the output to the sink, no message latency): the flow floor
+    equals that plan's energy, so dp returns the anytime start's plan, proven by the floor,
+    without enumerating the space."""
+    src = Endpoint(None, (400.0, 100.0), (0.0, 0.0))
+    inst = make_instance(chain_graph(2), [device("thrifty", 3000, power=(1, 1, 1)), device("hungry", 1000, power=(5, 1, 1))],
+                         bw=_net(2), lat=0.0, source=src, sink=src,
+                         search=SearchSpace(2, 2, ("equal", "grid:4"), ("rows", "channels")))
+    res = get_planner("dp").solve(inst, objective="energy", time_limit=30)
+    assert res.status == "optimal" and res.info["bound_source"] == "flow", res.message
+    assert res.info["stage_arcs"] == 0 and "proves the anytime start" in res.message
+    assert res.value == pytest.approx(_optimum(inst, "energy"), rel=1e-9)
+    assert res.bound <= res.value
+    slow = get_planner("dp", anytime=False).solve(inst, objective="energy")  # the rounds agree
+    assert slow.status == "optimal" and slow.value == pytest.approx(res.value, rel=1e-9)

@@ -78,10 +78,26 @@ class _Affine(NamedTuple):
         return 0.0 if f <= 0 else max(self.overhead + self.slope * f, 0.0)
 
 
+_RECENT: list[tuple[Instance, str, "Floor"]] = []  # the last few floors, by instance identity
+_RECENT_SIZE = 8
+
+
 def lower_floor(instance: Instance, objective: str | None = None) -> Floor:
     """The best problem-specific lower bound on ``objective`` (default: the instance's) that
-    holds for every plan of ``instance`` (see the module docstring for the proof)."""
+    holds for every plan of ``instance`` (see the module docstring for the proof). The last
+    few are remembered per instance object (the exact planners ask before and after their
+    search)."""
     objective = objective or instance.objective
+    for inst, obj, floor in _RECENT:
+        if inst is instance and obj == objective:
+            return floor
+    floor = _lower_floor(instance, objective)
+    _RECENT.append((instance, objective, floor))
+    del _RECENT[:-_RECENT_SIZE]
+    return floor
+
+
+def _lower_floor(instance: Instance, objective: str) -> Floor:
     if objective == "memory":
         return Floor(float(_memory_floor(instance)), "weights")
     cover = _coverage(instance)

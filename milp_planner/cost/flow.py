@@ -108,9 +108,8 @@ class _LPFailed(Exception):
 
 
 class _FlowLP:
-    """The constraints of the module docstring: ``A x >= b``, ``0 <= x <= 1``; columns are the
-    c, R and S shares; per column its compute / receive seconds on each device (``secs``, a
-    (devices + medium, columns) matrix) and its energy (``joules``)."""
+    """The constraints of the module docstring: ``A x >= b``, ``0 <= x <= 1``; the columns
+    (``_Column``) are the c, R and S shares, with their seconds and joules."""
 
     def __init__(self, instance: Instance):
         from milp_planner.cost.floors import _coverage, _time_floors
@@ -128,14 +127,12 @@ class _FlowLP:
         bw = np.array(net.bandwidth_Bps, dtype=float)
         shared = net.medium == "shared"
         self.n_dev, self.shared = n_dev, shared
-        rows_secs = n_dev + (1 if shared else 0)
-        cols_secs: list[np.ndarray] = []
-        cols_joules: list[float] = []
+        self.sink = None if net.sink.external else net.sink.device
+        cols: list[_Column] = []
 
-        def new_col(secs: np.ndarray, joules: float) -> int:
-            cols_secs.append(secs)
-            cols_joules.append(joules)
-            return len(cols_joules) - 1
+        def new_col(kind: str, device: int, secs: float, joules: float) -> int:
+            cols.append(_Column(kind, device, secs, joules))
+            return len(cols) - 1
 
         # per device, the cheapest second and joule per byte into it from another device
         off = ~np.eye(n_dev, dtype=bool)
@@ -151,9 +148,7 @@ class _FlowLP:
             for d in range(n_dev):
                 fl = times[d][layer.id]
                 slope = max(fl.overhead, 0.0) + fl.slope  # the chord: o + a c >= (o + a) c on [0, 1]
-                secs = np.zeros(rows_secs)
-                secs[d] = slope
-                c[layer.id, d] = new_col(secs, float(power[d]) * slope)
+                c[layer.id, d] = new_col("compute", d, slope, float(power[d]) * slope)
         A_rows: list[dict[int, float]] = []
         b: list[float] = []
         for layer in g.layers:  # coverage
@@ -183,17 +178,13 @@ class _FlowLP:
                     s_b, e_b = float(sec_in[d]), float(joule_in[d])
                 if not np.isfinite(s_b):
                     continue  # nothing can reach d: it cannot read t, and R would not help
-                secs = np.zeros(rows_secs)
-                secs[d] = nbytes * s_b
-                if shared:
-                    secs[n_dev] = nbytes * s_b
                 col = None
                 for reader in readers:
                     alpha = min(1.0, row_ratio(reader.rowdep, reader.rows, h_in)) if reader.row_splittable else 1.0
                     if alpha <= 0:
                         continue
                     if col is None:
-                        col = new_col(secs, nbytes * e_b)
+                        col = new_col("receive", d, nbytes * s_b, nbytes * e_b)
                     row = {col: 1.0, c[reader.id, d]: -alpha}
                     if producer is not None and (producer, d) in c:
                         row[c[producer, d]] = row.get(c[producer, d], 0.0) + 1.0
@@ -217,12 +208,7 @@ class _FlowLP:
                 else:
                     s_b = 1.0 / bw[d][sink]
                     e_b = float(tx[d] + rx[sink]) * s_b
-                secs = np.zeros(rows_secs)
-                if sink is not None:
-                    secs[sink] = nbytes * s_b  # the gather is the sink device's receive
-                if shared:
-                    secs[n_dev] = nbytes * s_b
-                col = new_col(secs, nbytes * e_b)
+                col = new_col("gather", d, nbytes * s_b, nbytes * e_b)
                 row[col] = 1.0
                 caps.append((col, c[producer, d]))
             A_rows.append(row)
@@ -230,7 +216,7 @@ class _FlowLP:
         for s_col, c_col in caps:  # c - S >= 0
             A_rows.append({c_col: 1.0, s_col: -1.0})
             b.append(0.0)
-        n = len(cols_joules)
+        n = len(cols)
         if n == 0:
             raise _LPFailed()
         from scipy.sparse import csr_matrix
@@ -243,26 +229,39 @@ class _FlowLP:
                 vi.append(v)
         self.A = csr_matrix((vi, (ri, ci)), shape=(len(A_rows), n))
         self.b = np.array(b, dtype=float)
-        self.secs = np.array(cols_secs, dtype=float).T  # (devices [+ medium], columns)
-        self.joules = np.array(cols_joules, dtype=float)
+        self.cols = cols
+        self.joules = np.array([col.joules for col in cols], dtype=float)
 
-    def _solve(self, cost: np.ndarray, extra: tuple | None = None):
+    def loads(self) -> np.ndarray:
+        """(rows, columns): the seconds each column adds to each device's period load (its
+        compute and receive; with a device sink the gather is its receive) and, on a shared
+        medium, to one more row that carries every transfer."""
+        out = np.zeros((self.n_dev + (1 if self.shared else 0), len(self.cols)))
+        for j, col in enumerate(self.cols):
+            if col.kind == "compute" or col.kind == "receive":
+                out[col.device, j] = col.secs
+            elif self.sink is not None:
+                out[self.sink, j] = col.secs
+            if self.shared and col.kind != "compute":
+                out[self.n_dev, j] = col.secs
+        return out
+
+    def _solve(self, cost: np.ndarray, loads: np.ndarray | None = None):
+        """``min cost.x`` over the constraints; with ``loads`` (rows, columns), ``min T`` with
+        ``T >= each row's load``."""
         from scipy.optimize import linprog
 
         A, b = self.A, self.b
         n = A.shape[1]
-        if extra is None:
+        if loads is None:
             res = linprog(cost, A_ub=-A, b_ub=-b, bounds=(0.0, 1.0), method="highs")
         else:
-            from scipy.sparse import hstack, vstack, csr_matrix
+            from scipy.sparse import csr_matrix, hstack, vstack
 
-            loads, = extra  # rows: T - load_k >= 0
-            k = loads.shape[0]
-            A2 = vstack([hstack([A, csr_matrix((A.shape[0], 1))]),
-                         hstack([csr_matrix(-loads), csr_matrix(np.ones((k, 1)))])]).tocsr()
-            b2 = np.concatenate([b, np.zeros(k)])
-            c2 = np.zeros(n + 1)
-            c2[n] = 1.0
+            A2 = vstack([hstack([A, csr_matrix((A.shape[0], 1))]),  # and T - load >= 0
+                         hstack([csr_matrix(-loads), csr_matrix(np.ones((loads.shape[0], 1)))])]).tocsr()
+            b2 = np.concatenate([b, np.zeros(loads.shape[0])])
+            c2 = np.concatenate([np.zeros(n), [1.0]])
             bounds = [(0.0, 1.0)] * n + [(0.0, None)]
             res = linprog(c2, A_ub=-A2, b_ub=-b2, bounds=bounds, method="highs")
         if res.status != 0:
@@ -283,13 +282,25 @@ class _FlowLP:
         return FlowFloor(self._safe(self.joules, y), float(res.fun))
 
     def period(self) -> FlowFloor:
-        res = self._solve(None, extra=(self.secs,))
-        y_all = -np.asarray(res.ineqlin.marginals)
+        """``sum_r w_r load_r`` with the duals of ``T >= load_r`` as the weights (scaled to sum
+        at most 1), bounded by weak duality with the LP's other duals."""
+        loads = self.loads()
+        res = self._solve(np.zeros(len(self.cols)), loads)
+        y_all = np.clip(-np.asarray(res.ineqlin.marginals), 0.0, None)
         m = self.A.shape[0]
-        w = np.clip(y_all[m:], 0.0, None)
-        total = w.sum()
-        if total <= 0:
+        w = y_all[m:]
+        if w.sum() <= 0:
             raise _LPFailed()
-        w = w / max(total, 1.0)  # weights of sum at most 1: period >= sum_k w_k load_k
-        cost = w @ self.secs
-        return FlowFloor(self._safe(cost, y_all[:m]), float(res.fun))
+        w = w / max(w.sum(), 1.0)
+        return FlowFloor(self._safe(w @ loads, y_all[:m]), float(res.fun))
+
+
+@dataclass(frozen=True)
+class _Column:
+    """One LP column: a share computed (``compute``), received (``receive``) or sent to the
+    sink (``gather``) by ``device``, and its seconds and joules at share 1."""
+
+    kind: str
+    device: int
+    secs: float
+    joules: float

@@ -187,7 +187,7 @@ class ExactPlanner(Planner):
             info["bound_source"] = "none"
             return
         floor = lower_floor(instance, res.objective)
-        if res.bound is not None and res.bound >= floor.value:
+        if res.bound is not None and res.bound > floor.value:
             bound, source = res.bound, "coarse" if info.get("relaxation") == "coarse" else "rounds"
         else:
             bound, source = floor.value, floor.source
@@ -234,6 +234,9 @@ class ExactPlanner(Planner):
 
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
         start = self.anytime_start(instance, ctx)
+        proven = self._start_proven(instance, ctx, start)
+        if proven is not None:
+            return proven
         with memory_budget(self.memory_budget()):
             ladder = self.subfleet_ladder(instance, ctx, start)
             try:
@@ -260,6 +263,21 @@ class ExactPlanner(Planner):
             if not (ex.certified or ex.infeasible or ex.memory_out) and res.plan is not None:
                 self.improve(instance, ctx, res, ladder)
             return self._with_ladder(res, ladder)
+
+    def _start_proven(self, instance: Instance, ctx: SolveContext, start: StartReport | None) -> PlanResult | None:
+        """The anytime start's plan, when a floor of ``milp_planner.cost.floors`` (valid for
+        every plan) already proves it optimal (for example the flow floor on a fleet whose plan
+        is one device behind a slow source link): no rounds are needed. Else None."""
+        if start is None or start.start is None or not math.isfinite(start.start.value):
+            return None
+        floor = lower_floor(instance, ctx.objective)
+        if floor.value < start.start.value * (1 - OPTIMAL_GAP):
+            return None
+        return PlanResult(self.name, "feasible", ctx.objective, plan=start.start.plan, bound=floor.value,
+                          info={"stage_arcs": 0, "nodes": 0, "rounds": 0, "anytime": start.info(),
+                                "plan_from": f"anytime start ({start.start.baseline})"},
+                          message=f"the {floor.source} floor proves the anytime start ({start.start.baseline}'s "
+                                  "plan) optimal; no plan space was enumerated")
 
     def subfleet_ladder(self, instance: Instance, ctx: SolveContext, start: StartReport | None) -> Ladder | None:
         """The sub-fleet ladder (``planners.subfleet``) within ``LADDER_SHARE`` of the time limit;
