@@ -872,7 +872,13 @@ class _FloorCost:
                 np.maximum(out, tmp, out=out)
             return out if tf is None else np.maximum(out, tf[None], out=out)
         if obj == "energy":
-            return (self.pc[devices] * comp * mask).sum(axis=1)[None] + (self.rx[devices].T[:, None, :] * rr).sum(axis=0)
+            rx = self.rx[devices].T.astype(rr.dtype)  # (parts, options), in rr's float32
+            out = (self.pc[devices] * comp * mask).sum(axis=1).astype(rr.dtype)[None] + rx[0][None] * rr[0]
+            tmp = np.empty_like(out)
+            for j in range(1, rr.shape[0]):  # part by part, in place: these are (rows, options) arrays
+                np.multiply(rx[j][None], rr[j], out=tmp)
+                out += tmp
+            return out
         if obj == "period":
             if self.weights is not None:  # sum_d w_d load_d (``weighted period floors``; comp is weighted)
                 w = self.weights[devices].astype(np.float32) * mask

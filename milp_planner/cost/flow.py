@@ -219,15 +219,14 @@ class _FlowLP:
         n = len(cols)
         if n == 0:
             raise _LPFailed()
-        from scipy.sparse import csr_matrix
-
         ri, ci, vi = [], [], []
         for i, row in enumerate(A_rows):
             for j, v in row.items():
                 ri.append(i)
                 ci.append(j)
                 vi.append(v)
-        self.A = csr_matrix((vi, (ri, ci)), shape=(len(A_rows), n))
+        self.A = _Sparse(np.array(ri, dtype=np.int64), np.array(ci, dtype=np.int64), np.array(vi, dtype=float),
+                         len(A_rows), n)
         self.b = np.array(b, dtype=float)
         self.cols = cols
         self.joules = np.array([col.joules for col in cols], dtype=float)
@@ -246,53 +245,91 @@ class _FlowLP:
                 out[self.n_dev, j] = col.secs
         return out
 
-    def _solve(self, cost: np.ndarray, loads: np.ndarray | None = None):
-        """``min cost.x`` over the constraints; with ``loads`` (rows, columns), ``min T`` with
-        ``T >= each row's load``."""
-        from scipy.optimize import linprog
+    def _solve(self, cost: np.ndarray, loads: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """``min cost.x`` over the constraints, or with ``loads`` (rows, columns) ``min T`` with
+        ``T >= each row's load`` (T the last column): the optimum and the row duals (HiGHS)."""
+        import highspy
 
-        A, b = self.A, self.b
-        n = A.shape[1]
-        if loads is None:
-            res = linprog(cost, A_ub=-A, b_ub=-b, bounds=(0.0, 1.0), method="highs")
-        else:
-            from scipy.sparse import csr_matrix, hstack, vstack
-
-            A2 = vstack([hstack([A, csr_matrix((A.shape[0], 1))]),  # and T - load >= 0
-                         hstack([csr_matrix(-loads), csr_matrix(np.ones((loads.shape[0], 1)))])]).tocsr()
-            b2 = np.concatenate([b, np.zeros(loads.shape[0])])
-            c2 = np.concatenate([np.zeros(n), [1.0]])
-            bounds = [(0.0, 1.0)] * n + [(0.0, None)]
-            res = linprog(c2, A_ub=-A2, b_ub=-b2, bounds=bounds, method="highs")
-        if res.status != 0:
-            raise _LPFailed()
-        return res
+        A = self.A
+        rows, cols, vals = A.rows, A.cols, A.vals
+        n, m = A.n, A.m
+        b = self.b
+        upper = np.ones(n)
+        if loads is not None:
+            lr, lc = np.nonzero(loads)
+            k = loads.shape[0]
+            rows = np.concatenate([rows, m + lr, m + np.arange(k)])
+            cols = np.concatenate([cols, lc, np.full(k, n)])
+            vals = np.concatenate([vals, -loads[lr, lc], np.ones(k)])
+            cost = np.concatenate([np.zeros(n), [1.0]])
+            b = np.concatenate([b, np.zeros(k)])
+            upper = np.concatenate([upper, [highspy.kHighsInf]])
+            n, m = n + 1, m + k
+        order = np.lexsort((rows, cols))
+        lp = highspy.HighsLp()
+        lp.num_col_, lp.num_row_ = n, m
+        lp.col_cost_ = np.asarray(cost, dtype=float)
+        lp.col_lower_, lp.col_upper_ = np.zeros(n), upper
+        lp.row_lower_, lp.row_upper_ = b, np.full(m, highspy.kHighsInf)
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        lp.a_matrix_.start_ = np.searchsorted(cols[order], np.arange(n + 1))
+        lp.a_matrix_.index_, lp.a_matrix_.value_ = rows[order], vals[order]
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("time_limit", 30.0)
+        try:
+            h.passModel(lp)
+            h.run()
+            if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+                raise _LPFailed()
+            sol = h.getSolution()
+            return float(h.getInfo().objective_function_value), np.asarray(sol.row_dual, dtype=float)
+        except _LPFailed:
+            raise
+        except Exception:  # noqa: BLE001 - a failed LP only loses the floor
+            raise _LPFailed() from None
+        finally:
+            h.resetGlobalScheduler(True)  # as formulations.caps: a later solve may use other threads
 
     def _safe(self, cost: np.ndarray, y: np.ndarray) -> float:
         """Weak duality for ``min cost.x, A x >= b, 0 <= x <= 1`` at duals ``y`` (clipped to
         >= 0): ``b.y + sum_j min(0, (cost - A^T y)_j)``, lowered by the margin."""
         y = np.clip(np.nan_to_num(y, nan=0.0, posinf=0.0, neginf=0.0), 0.0, None)
-        reduced = cost - self.A.T @ y
+        reduced = cost - self.A.rmatvec(y)
         value = float(self.b @ y + np.minimum(reduced, 0.0).sum())
         return max(0.0, value * (1 - _MARGIN) if value > 0 else value)
 
     def energy(self) -> FlowFloor:
-        res = self._solve(self.joules)
-        y = -np.asarray(res.ineqlin.marginals)
-        return FlowFloor(self._safe(self.joules, y), float(res.fun))
+        value, y = self._solve(self.joules)
+        return FlowFloor(self._safe(self.joules, y), value)
 
     def period(self) -> FlowFloor:
         """``sum_r w_r load_r`` with the duals of ``T >= load_r`` as the weights (scaled to sum
         at most 1), bounded by weak duality with the LP's other duals."""
         loads = self.loads()
-        res = self._solve(np.zeros(len(self.cols)), loads)
-        y_all = np.clip(-np.asarray(res.ineqlin.marginals), 0.0, None)
-        m = self.A.shape[0]
+        value, y_all = self._solve(np.zeros(len(self.cols)), loads)
+        y_all = np.clip(y_all, 0.0, None)
+        m = self.A.m
         w = y_all[m:]
         if w.sum() <= 0:
             raise _LPFailed()
         w = w / max(w.sum(), 1.0)
-        return FlowFloor(self._safe(w @ loads, y_all[:m]), float(res.fun))
+        return FlowFloor(self._safe(w @ loads, y_all[:m]), value)
+
+
+@dataclass(frozen=True)
+class _Sparse:
+    """A sparse (m, n) matrix as coordinates (the LP is small; no scipy import on this path)."""
+
+    rows: np.ndarray
+    cols: np.ndarray
+    vals: np.ndarray
+    m: int
+    n: int
+
+    def rmatvec(self, y: np.ndarray) -> np.ndarray:
+        """``A^T y``."""
+        return np.bincount(self.cols, weights=self.vals * y[self.rows], minlength=self.n)
 
 
 @dataclass(frozen=True)
