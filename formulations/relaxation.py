@@ -689,19 +689,39 @@ class _FloorCost:
                 pairs[:, l2][:, exit_ids] = least(r1 + r2[:, l2:l2 + 1])
             out[:] = pairs[w1, w2]
         else:
+            bufs = None
             for lo in range(0, P, self.CHUNK):
                 _check(deadline)
                 hi = min(P, lo + self.CHUNK)
-                rr = None
+                # a tensor read in the same layout by every row of the chunk adds one (parts, 1,
+                # options) row: those are summed first, and only the others are gathered
+                base = None
+                varying = []
                 for r_t, which in terms:
                     sel = which[lo:hi]
-                    if len(sel) and (np.diff(sel) == 1).all():  # consecutive layouts: a view, no copy
-                        part_rr = r_t[:, sel[0]:sel[-1] + 1]
+                    if (sel == sel[0]).all():
+                        row = r_t[:, sel[0]:sel[0] + 1]
+                        base = row.copy() if base is None else np.add(base, row, out=base)
                     else:
-                        part_rr = r_t[:, sel]
-                    rr = part_rr if rr is None else rr + part_rr
+                        varying.append((r_t, sel))
+                rr = None
+                if len(varying) == 1 and base is None and (np.diff(varying[0][1]) == 1).all():
+                    r_t, sel = varying[0]  # consecutive layouts of one tensor: a view, no copy
+                    rr = r_t[:, sel[0]:sel[-1] + 1]
+                elif varying:
+                    # two buffers reused across the chunks (fresh large temporaries cost page faults)
+                    shape = (comp.shape[1], hi - lo, len(keep))
+                    if bufs is None or bufs[0].shape[1] < hi - lo:
+                        bufs = (np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32))
+                    rr, tmp = bufs[0][:, :hi - lo], bufs[1][:, :hi - lo]
+                    np.take(varying[0][0], varying[0][1], axis=1, out=rr)
+                    for r_t, sel in varying[1:]:
+                        np.take(r_t, sel, axis=1, out=tmp)
+                        np.add(rr, tmp, out=rr)
+                    if base is not None:
+                        np.add(rr, base, out=rr)
                 if rr is None:
-                    rr = np.zeros((comp.shape[1], 1, len(keep)), dtype=np.float32)
+                    rr = base if base is not None else np.zeros((comp.shape[1], 1, len(keep)), dtype=np.float32)
                 out[lo:hi][:, exit_ids] = least(rr)
         return out * (1 - SAFE)
 
