@@ -159,3 +159,15 @@ def test_dp_stops_when_the_floor_proves_its_start():
     assert res.bound <= res.value
     slow = get_planner("dp", anytime=False).solve(inst, objective="energy")  # the rounds agree
     assert slow.status == "optimal" and slow.value == pytest.approx(res.value, rel=1e-9)
+
+
+def test_a_deadline_leaves_the_flow_floor_out_and_unremembered():
+    import time
+
+    inst = CASES["chain-external-slow"]()
+    past = lower_floor(inst, "energy", deadline=time.perf_counter() - 1.0)
+    assert past.source == "compute-only"
+    assert flow.flow_floor(inst, "energy", deadline=time.perf_counter() - 1.0) is None
+    full = lower_floor(inst, "energy")  # not the remembered compute-only floor
+    assert full.source == "flow" and full.value > past.value
+    assert lower_floor(inst, "energy", deadline=time.perf_counter() - 1.0) == full  # remembered now

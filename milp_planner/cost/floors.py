@@ -82,22 +82,25 @@ _RECENT: list[tuple[Instance, str, "Floor"]] = []  # the last few floors, by ins
 _RECENT_SIZE = 8
 
 
-def lower_floor(instance: Instance, objective: str | None = None) -> Floor:
+def lower_floor(instance: Instance, objective: str | None = None, deadline: float | None = None) -> Floor:
     """The best problem-specific lower bound on ``objective`` (default: the instance's) that
     holds for every plan of ``instance`` (see the module docstring for the proof). The last
     few are remembered per instance object (the exact planners ask before and after their
-    search)."""
+    search). ``deadline`` (a ``time.perf_counter()`` value) bounds the flow floor's LP: past
+    it that floor is left out (and the result not remembered)."""
     objective = objective or instance.objective
     for inst, obj, floor in _RECENT:
         if inst is instance and obj == objective:
             return floor
-    floor = _lower_floor(instance, objective)
-    _RECENT.append((instance, objective, floor))
-    del _RECENT[:-_RECENT_SIZE]
+    whole = [True]
+    floor = _lower_floor(instance, objective, deadline, whole)
+    if whole[0]:
+        _RECENT.append((instance, objective, floor))
+        del _RECENT[:-_RECENT_SIZE]
     return floor
 
 
-def _lower_floor(instance: Instance, objective: str) -> Floor:
+def _lower_floor(instance: Instance, objective: str, deadline: float | None, whole: list[bool]) -> Floor:
     if objective == "memory":
         return Floor(float(_memory_floor(instance)), "weights")
     cover = _coverage(instance)
@@ -108,14 +111,14 @@ def _lower_floor(instance: Instance, objective: str) -> Floor:
     if objective == "energy":
         power = [float(d.power.compute_w) for d in instance.devices]
         value = sum(min(power[d] * cost[d, l.id] for d in range(n_dev)) for l in layers)
-        return _with_flow(instance, objective, Floor(_safe(value), "compute-only"))
+        return _with_flow(instance, objective, Floor(_safe(value), "compute-only"), deadline, whole)
     whole = [l for l in layers if not _splittable(instance, l)]
     whole_cost = [min(cost[d, l.id] for d in range(n_dev)) for l in whole]
     if objective == "period":
         fluid = _fluid(cost, [l.id for l in layers], n_dev, n_dev)
         biggest = max(whole_cost, default=0.0)
         floor = Floor(_safe(biggest), "compute-only") if biggest > fluid else Floor(_safe(fluid), "fluid")
-        return _with_flow(instance, objective, floor)
+        return _with_flow(instance, objective, floor, deadline, whole)
     if objective != "latency":
         raise ValueError(f"unknown objective {objective!r}")
     k = max(1, min(instance.search.max_parts, n_dev))
@@ -127,12 +130,15 @@ def _lower_floor(instance: Instance, objective: str) -> Floor:
     return Floor(_safe(fluid), "fluid")
 
 
-def _with_flow(instance: Instance, objective: str, floor: Floor) -> Floor:
+def _with_flow(instance: Instance, objective: str, floor: Floor, deadline: float | None, whole: list[bool]) -> Floor:
     """``floor``, or the flow floor (``milp_planner.cost.flow``: the transfers the layer graph
-    forces, counted) when that is higher."""
+    forces, counted) when that is higher; ``whole[0]`` becomes False when the flow floor's LP
+    was not solved by ``deadline``."""
     from milp_planner.cost.flow import flow_floor
 
-    flow = flow_floor(instance, objective)
+    flow = flow_floor(instance, objective, deadline=deadline)
+    if flow is None and deadline is not None:
+        whole[0] = False
     if flow is not None and flow.value > floor.value:
         return Floor(flow.value, "flow")
     return floor

@@ -42,6 +42,7 @@ every plan of the tiny instances.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -51,6 +52,8 @@ from milp_planner.instance import Instance
 from milp_planner.model.graph import RowDep, input_rows
 
 _MARGIN = 1e-9  # relative, on the recomputed bound (float sums of a few thousand terms)
+LP_TIME_LIMIT = 30.0  # seconds for the LP without a deadline
+MIN_LP_S = 0.02  # less time left than this: no LP
 MAX_RATIO_ROWS = 512  # row_ratio's exact scan is quadratic in the rows: above this, 0 (sound)
 
 
@@ -91,13 +94,15 @@ def row_ratio(dep: RowDep, h_out: int, h_in: int) -> float:
     return max(0.0, min(best, 1.0))
 
 
-def flow_floor(instance: Instance, objective: str) -> FlowFloor | None:
+def flow_floor(instance: Instance, objective: str, deadline: float | None = None) -> FlowFloor | None:
     """The flow floor of ``objective`` (``energy`` or ``period``) over every plan of
-    ``instance``, or None when the LP fails (the caller keeps its other floors)."""
+    ``instance``, or None when the LP fails or is not solved by ``deadline`` (a
+    ``time.perf_counter()`` value; the caller keeps its other floors)."""
     if objective not in ("energy", "period"):
         raise ValueError(f"the flow floor bounds energy and period, not {objective!r}")
     try:
         lp = _FlowLP(instance)
+        lp.deadline = deadline
         return lp.energy() if objective == "energy" else lp.period()
     except _LPFailed:
         return None
@@ -110,6 +115,8 @@ class _LPFailed(Exception):
 class _FlowLP:
     """The constraints of the module docstring: ``A x >= b``, ``0 <= x <= 1``; the columns
     (``_Column``) are the c, R and S shares, with their seconds and joules."""
+
+    deadline: float | None = None  # the LP's own: past it, no floor
 
     def __init__(self, instance: Instance):
         from milp_planner.cost.floors import _coverage, _time_floors
@@ -276,7 +283,10 @@ class _FlowLP:
         lp.a_matrix_.index_, lp.a_matrix_.value_ = rows[order], vals[order]
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
-        h.setOptionValue("time_limit", 30.0)
+        left = LP_TIME_LIMIT if self.deadline is None else min(LP_TIME_LIMIT, self.deadline - time.perf_counter())
+        if left < MIN_LP_S:
+            raise _LPFailed()
+        h.setOptionValue("time_limit", float(left))
         try:
             h.passModel(lp)
             h.run()

@@ -44,6 +44,8 @@ from milp_planner.space.plan import Plan
 
 FALLBACK_S = 0.5  # seconds the single-device fallback may take once the time limit has run out
 IMPROVE_MARGIN_S = 0.1  # the improvement loop ends this long before the time limit (scoring, report)
+FLOOR_SHARE = 0.1  # the floors' LP (cost.flow) before the search: at most this share of the time left
+FLOOR_GRACE_S = 0.25  # a floor not computed before the search: at most this long past the limit
 
 
 @dataclass
@@ -119,7 +121,11 @@ class ExactPlanner(Planner):
         except SearchStopped as err:  # stopped before any plan, and no anytime start to return
             res = self._fallback(instance, err, kw)
         res = self.finish(res)
-        self.settle_bound(res, instance)
+        limit = kw.get("time_limit")
+        # the floors are remembered from the start (``_start_proven``); one not computed then
+        # gets a quarter second past the limit at most
+        self.settle_bound(res, instance, None if limit is None else
+                          max(started + float(limit), time.perf_counter() + FLOOR_GRACE_S))
         self._caps_guard(res)
         res.solve_time_s = time.perf_counter() - started
         return res
@@ -160,7 +166,7 @@ class ExactPlanner(Planner):
         res.bound = err.lower if err.lower is None or res.value is None else min(err.lower, res.value)
         return res
 
-    def settle_bound(self, res: PlanResult, instance: Instance) -> None:
+    def settle_bound(self, res: PlanResult, instance: Instance, deadline: float | None = None) -> None:
         """The one place that decides ``res.bound`` and ``info["bound_source"]`` of an exact planner:
 
         - ``certified``: the rounds certified the plan optimal (bound = objective);
@@ -186,7 +192,7 @@ class ExactPlanner(Planner):
         if res.status == "infeasible":
             info["bound_source"] = "none"
             return
-        floor = lower_floor(instance, res.objective)
+        floor = lower_floor(instance, res.objective, deadline=deadline)
         if res.bound is not None and res.bound > floor.value:
             bound, source = res.bound, "coarse" if info.get("relaxation") == "coarse" else "rounds"
         else:
@@ -270,7 +276,9 @@ class ExactPlanner(Planner):
         is one device behind a slow source link): no rounds are needed. Else None."""
         if start is None or start.start is None or not math.isfinite(start.start.value):
             return None
-        floor = lower_floor(instance, ctx.objective)
+        left = ctx.remaining()
+        floor = lower_floor(instance, ctx.objective,
+                            deadline=None if left is None else time.perf_counter() + FLOOR_SHARE * left)
         if floor.value < start.start.value * (1 - OPTIMAL_GAP):
             return None
         return PlanResult(self.name, "feasible", ctx.objective, plan=start.start.plan, bound=floor.value,
