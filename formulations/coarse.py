@@ -268,14 +268,15 @@ class _MergedGroups:
                     hit = parts[(axis, r)] = (geo, low, sum(pr.weight_bytes(geo, axis).values()),
                                               pr.computed_bytes(geo), per_dev)
                 cols.append(hit)
-            low = np.stack([c[1] for c in cols], axis=1)  # (devices, parts)
+            low = np.array([c[1] for c in cols]).T  # (devices, parts); np.array: np.stack's checks cost more here
             comp = low[idx, np.arange(k)[None, :]]
             grp = StageGroup(b, e, axis, ranges, [c[0] for c in cols], perms, comp,
                              tuple(c[2] for c in cols), tuple(c[3] for c in cols))
+            per_dev = np.array([c[4] for c in cols]).T
             # the k parts sit on k distinct devices: one of them is no faster than the k-th
-            least = np.sort(np.min(np.stack([c[4] for c in cols], axis=1), axis=1))
+            least = np.sort(per_dev.min(axis=1))
             self._floors[id(grp)] = float(least[k - 1]) * (1 - 1e-12)
-            self._per_dev[id(grp)] = np.stack([c[4] for c in cols], axis=1)
+            self._per_dev[id(grp)] = per_dev
             self._alive.append(grp)
             out.append(grp)
         return out

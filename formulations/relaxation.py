@@ -133,29 +133,53 @@ class StageTable:
             comp = np.zeros((O, kmax))
             mask = np.zeros((O, kmax))
             group, perm = np.asarray(self.group), np.asarray(self.perm)
-            bounds = np.searchsorted(group, np.arange(len(self.groups) + 1)) if (np.diff(group) >= 0).all() else None
+            sizes = np.array([len(grp.perms) for grp in self.groups], dtype=np.int64)
+            ks = np.array([len(grp.geos) for grp in self.groups], dtype=np.int64)
+            starts = np.concatenate([[0], np.cumsum(sizes)])
+            natural = O == int(starts[-1]) and (group == np.repeat(np.arange(len(self.groups)), sizes)).all() \
+                and (perm == np.arange(O) - np.repeat(starts[:-1], sizes)).all()
             orders: dict = {}  # the groups of a stage share their device-order lists
-            for gi, grp in enumerate(self.groups):  # one block of rows per group, not a loop per option
-                rows = slice(bounds[gi], bounds[gi + 1]) if bounds is not None else np.flatnonzero(group == gi)
-                k = len(grp.geos)
-                sel = perm[rows]
-                if not len(sel):
-                    continue
+
+            def order_array(grp, k):
                 arr = orders.get(id(grp.perms))
                 if arr is None:
                     arr = orders[id(grp.perms)] = np.asarray(grp.perms, dtype=np.int64).reshape(-1, k)
-                devices[rows, :k] = arr[sel]
-                comp[rows, :k] = np.asarray(grp.comp)[sel]
-                mask[rows, :k] = 1.0
-            needs = {}
+                return arr
+
+            if natural:  # every group lists all its orders in turn (as ``_layout_bounds`` builds them)
+                k_opt = np.repeat(ks, sizes)
+                for k in np.unique(ks):
+                    k = int(k)
+                    rows = np.flatnonzero(k_opt == k)
+                    members = [grp for grp, kk in zip(self.groups, ks) if kk == k and len(grp.perms)]
+                    if not members:
+                        continue
+                    devices[rows, :k] = np.concatenate([order_array(grp, k) for grp in members])
+                    comp[rows, :k] = np.concatenate([np.asarray(grp.comp).reshape(-1, k) for grp in members])
+                    mask[rows, :k] = 1.0
+            else:
+                for gi, grp in enumerate(self.groups):
+                    rows = np.flatnonzero(group == gi)
+                    k = len(grp.geos)
+                    sel = perm[rows]
+                    if not len(sel):
+                        continue
+                    devices[rows, :k] = order_array(grp, k)[sel]
+                    comp[rows, :k] = np.asarray(grp.comp)[sel]
+                    mask[rows, :k] = 1.0
+            boxes: dict[str, list] = {}  # tensor -> [(group, part, r0, r1, c0, c1)], set at once below
             for gi, grp in enumerate(self.groups):
                 for j, geo in enumerate(grp.geos):
                     for t, reg in geo.needs.items():
-                        arr = needs.get(t)
-                        if arr is None:
-                            arr = needs[t] = np.zeros((len(self.groups), kmax, 4), dtype=np.int64)
+                        lst = boxes.setdefault(t, [])
                         if not reg.empty:
-                            arr[gi, j] = (reg.rows[0], reg.rows[1], reg.chans[0], reg.chans[1])
+                            lst.append((gi, j, reg.rows[0], reg.rows[1], reg.chans[0], reg.chans[1]))
+            needs = {}
+            for t, lst in boxes.items():
+                arr = needs[t] = np.zeros((len(self.groups), kmax, 4), dtype=np.int64)
+                if lst:
+                    a = np.array(lst, dtype=np.int64)
+                    arr[a[:, 0], a[:, 1]] = a[:, 2:]
             self._flat = (devices, comp, mask, needs)
         return self._flat
 
