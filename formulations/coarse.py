@@ -212,7 +212,7 @@ class _MergedGroups:
         """``pr.compute_time(d, part)`` of every device d, the same sums in the same order."""
         total = np.zeros(len(self.instance.devices))
         for lid, f in part.fraction.items():
-            key = (lid, f, part.axis)
+            key = (lid, f.numerator, f.denominator, part.axis)  # (hashing a Fraction is slow)
             per = self._layer.get(key)
             if per is None:
                 per = self._layer[key] = np.array([self.pr.layer_time(d, lid, f, part.axis)
