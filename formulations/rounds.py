@@ -37,6 +37,7 @@ from formulations.stagegraph import SpaceTooLarge, StageGraph, build_stage_graph
 from formulations.symmetry import reduction_for
 from formulations.warmstart import WarmStart
 
+from milp_planner.cost.floors import lower_floor
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
 
@@ -190,6 +191,8 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             raise
         return _coarse_only(instance, obj, deadline, settings, incumbent, st, err, ctx)
     st.lower = float(bounds.lower) if bounded else None  # period: the best weighted pass's bound
+    if bounded:  # a floor valid for every plan (the flow floor counts transfers) may be higher
+        st.lower = max(st.lower, _floor(instance, obj, deadline))
     if bounded and obj == "period":
         _threshold(st, bounds, instance, incumbent, deadline, ctx)
     upper = min(st.lower * (1 + settings.delta), cap_at) if bounded else math.inf
@@ -321,6 +324,13 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             upper = math.inf
         if bounded:
             upper = min(upper, cap_at)  # no plan worse than the incumbent is needed
+
+
+def _floor(instance: Instance, obj: str, deadline: float | None) -> float:
+    """``milp_planner.cost.floors.lower_floor`` (usually remembered from the anytime start),
+    its LP within a tenth of the time left."""
+    left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+    return lower_floor(instance, obj, deadline=None if left is None else time.perf_counter() + 0.1 * left).value
 
 
 class CoarseOnly(SearchStopped):
