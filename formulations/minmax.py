@@ -49,7 +49,8 @@ MINMAX = ("period", "memory")
 # thresholds tried, as fractions of the way from the bound to the incumbent (the labels a
 # probe keeps grow steeply near the optimum: the steps narrow there, each proving more)
 _PROBES = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 7 / 8, 1.0)
-_BEAMS = (1, 4)  # label beams per node of the searches for an incumbent
+_BEAMS = (1, 4, 16)  # label beams per node of the searches for an incumbent
+BEAM_SHARE = 0.1  # the beams after the first two run while those before took less of the time left
 
 
 class LabelBudget(RuntimeError):
@@ -238,43 +239,56 @@ class _Problem:
             ok &= E[:, col] <= limit
         return v, ok
 
-    def floor_grid(self, S: np.ndarray, M: np.ndarray, A: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    def floor_grid(self, S: np.ndarray, M: np.ndarray, A: np.ndarray,
+                   heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Whether each label of ``S``/``M`` (one node's) crossed with each arc of ``A`` (to
         ``heads``) has a floor within the threshold and meets the caps: ``floor`` of the
-        extended labels, with the arcs' parts summed once per arc instead of per label.
+        extended labels, with the arcs' parts summed once per arc instead of per label, column
+        by column (numpy is slow at reducing a short last axis).
         Returns (floor, meets the caps), each of shape (labels, arcs)."""
         addA = self.add[A]
         G = addA + self.suf_add[heads]  # per arc: its part plus the least after its head
-        E = S[:, None, :] + G[None, :, :]
-        nM = M.shape[1]
-        if nM:
-            H = np.maximum(self.mx[A], self.suf_mx[heads])
-            Mm = np.maximum(M[:, None, :], H[None, :, :])
+        H = np.maximum(self.mx[A], self.suf_mx[heads]) if M.shape[1] else None
+        mm: dict[int, np.ndarray] = {}
+
+        def Mm(j):  # the maxed column j of the extended labels with the floor after the head
+            if j not in mm:
+                mm[j] = np.maximum(M[:, j, None], H[None, :, j])
+            return mm[j]
+
         obj = self.obj_add
         held = S[:, obj].sum(axis=1)[:, None] + (addA[:, obj].sum(axis=1) + self.suf_sum[heads])[None, :]
-        if self.objective == "period":
-            v = E[:, :, obj].max(axis=2)
-            v = np.maximum(v, held / self.n_dev)
-            if self.shared:
-                v = np.maximum(v, E[:, :, self.x_col])
-            if self.lag_w.shape[1]:
-                lag = (S[:, self.lag_cols] @ self.lag_w)[:, None, :] + \
-                    (addA[:, self.lag_cols] @ self.lag_w + self.suf_lag[heads])[None, :, :]
-                v = np.maximum(v, lag.max(axis=2))
-        else:
-            v = (E[:, :, obj] + Mm[:, :, obj]).max(axis=2)
-            M2sum = np.maximum(M[:, None, obj], self.mx[A][None, :, obj]).sum(axis=2)
-            v = np.maximum(v, (held + np.maximum(M2sum, self.suf_ksum[heads][None, :])) / self.n_dev)
-            if self.lag_w.shape[1]:
-                lag = (S[:, self.lag_cols] @ self.lag_w)[:, None, :] + \
-                    (addA[:, self.lag_cols] @ self.lag_w + self.suf_lag[heads])[None, :, :] + \
-                    Mm[:, :, obj] @ self.lag_w
-                v = np.maximum(v, lag.max(axis=2))
+        memory = self.objective == "memory"
+        v = None
+        for d in obj:
+            e = S[:, d, None] + G[None, :, d]
+            if memory:
+                e = e + Mm(d)
+            v = e if v is None else np.maximum(v, e, out=v)
+        if memory:
+            M2sum = None
+            for d in obj:
+                m2 = np.maximum(M[:, d, None], self.mx[A][None, :, d])
+                M2sum = m2 if M2sum is None else M2sum + m2
+            held = held + np.maximum(M2sum, self.suf_ksum[heads][None, :])
+        np.maximum(v, held / self.n_dev, out=v)
+        if self.shared:
+            np.maximum(v, S[:, self.x_col, None] + G[None, :, self.x_col], out=v)
+        if self.lag_w.shape[1]:
+            SW = S[:, self.lag_cols] @ self.lag_w
+            AW = addA[:, self.lag_cols] @ self.lag_w + self.suf_lag[heads]
+            for k in range(self.lag_w.shape[1]):
+                lag = SW[:, k, None] + AW[None, :, k]
+                if memory:
+                    for i, d in enumerate(obj):
+                        if self.lag_w[i, k]:
+                            lag += self.lag_w[i, k] * Mm(d)
+                np.maximum(v, lag, out=v)
         ok = np.ones(v.shape, dtype=bool)
-        if len(self.cap_dev):
-            ok &= ((E[:, :, self.cap_w] + Mm[:, :, self.cap_m]) <= self.cap).all(axis=2)
+        for cw, cm, cap in zip(self.cap_w, self.cap_m, self.cap):
+            ok &= (S[:, cw, None] + G[None, :, cw]) + Mm(cm) <= cap
         for col, limit in self.limits:
-            ok &= E[:, :, col] <= limit
+            ok &= S[:, col, None] + G[None, :, col] <= limit
         return v, ok
 
     def path_floor(self, arcs: list[int], end: int) -> tuple[float, bool]:
@@ -372,24 +386,47 @@ _SCREEN = 64  # labels of the least sum that screen the others before the exact 
 
 def _pareto(X: np.ndarray, deadline: float | None) -> np.ndarray:
     """``formulations.caps.undominated`` (sorted, each block of 256 rows against the rows kept),
-    checking ``deadline`` per block: one node can receive hundreds of thousands of labels."""
+    checking ``deadline`` per block: one node can receive hundreds of thousands of labels.
+
+    Sorted by the first column, a row can only be dominated by an earlier one, whose first
+    column is then no larger: only the other columns are compared, one at a time (numpy is
+    slow at reducing a short last axis), and only with the kept rows nowhere above the block's
+    largest values."""
     order = np.lexsort(tuple(X[:, 1:].T[::-1]) + (X[:, 0],))
-    v = X[order]
-    kept: list[np.ndarray] = []
-    kv = np.empty((0, v.shape[1]))
+    n, d = X.shape
+    if d <= 1 or n <= 1:
+        return order[:1] if n else np.zeros(0, dtype=np.int64)
+    cols = [np.ascontiguousarray(X[order, j]) for j in range(1, d)]
+    kept = np.empty(n, dtype=np.int64)
+    kcols = [np.empty(n) for _ in cols]
+    nk = 0
     block = 256
-    for lo in range(0, len(v), block):
+    for lo in range(0, n, block):
         if deadline is not None and lo and time.perf_counter() > deadline:
             raise LabelBudget("the time limit ran out")
-        x = v[lo:lo + block]
-        out = (kv[None, :, :] <= x[:, None, :]).all(axis=2).any(axis=1) if len(kv) else np.zeros(len(x), bool)
-        inner = (x[None, :, :] <= x[:, None, :]).all(axis=2)
-        inner &= np.tri(len(x), k=-1, dtype=bool)  # only earlier rows (sorted) can dominate
+        hi = min(n, lo + block)
+        xs = [c[lo:hi] for c in cols]
+        out = np.zeros(hi - lo, dtype=bool)
+        if nk:
+            m = kcols[0][:nk] <= xs[0].max()
+            for k, x in zip(kcols[1:], xs[1:]):
+                m &= k[:nk] <= x.max()
+            cand = np.flatnonzero(m)
+            if len(cand):
+                le = kcols[0][cand][None, :] <= xs[0][:, None]
+                for k, x in zip(kcols[1:], xs[1:]):
+                    le &= k[cand][None, :] <= x[:, None]
+                out = le.any(axis=1)
+        inner = np.tri(hi - lo, k=-1, dtype=bool)  # only earlier rows (sorted) can dominate
+        for x in xs:
+            inner &= x[None, :] <= x[:, None]
         out |= inner.any(axis=1)
         sel = np.flatnonzero(~out)
-        kept.append(order[lo + sel])
-        kv = np.vstack([kv, x[sel]])
-    return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+        kept[nk:nk + len(sel)] = order[lo + sel]
+        for k, x in zip(kcols, xs):
+            k[nk:nk + len(sel)] = x[sel]
+        nk += len(sel)
+    return kept[:nk]
 
 
 def _undominated(X: np.ndarray, deadline: float | None = None) -> np.ndarray:
@@ -405,9 +442,12 @@ def _undominated(X: np.ndarray, deadline: float | None = None) -> np.ndarray:
         step = max(1, 2_000_000 // (_SCREEN * X.shape[1]))
         for lo in range(0, n, step):
             x = X[lo:lo + step]
-            le = (P[None, :, :] <= x[:, None, :]).all(axis=2)
+            le = np.ones((len(x), _SCREEN), dtype=bool)
             # equal rows: only the one of the smaller index dominates (never a row itself)
-            strict = (P[None, :, :] < x[:, None, :]).any(axis=2) | (screen[None, :] < np.arange(lo, lo + len(x))[:, None])
+            strict = screen[None, :] < np.arange(lo, lo + len(x))[:, None]
+            for j in range(X.shape[1]):
+                le &= P[None, :, j] <= x[:, j, None]
+                strict |= P[None, :, j] < x[:, j, None]
             dom[lo:lo + len(x)] = (le & strict).any(axis=1)
         rest = np.flatnonzero(~dom)
         return rest[_pareto(X[rest], deadline)]
@@ -415,7 +455,7 @@ def _undominated(X: np.ndarray, deadline: float | None = None) -> np.ndarray:
 
 
 def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: float | None,
-           beam: int | None = None):
+           beam: int | None = None, stats: dict | None = None):
     """The best plan worth at most ``T`` that meets the caps: (arcs, value) or None, the labels
     kept and the support (bool per arc). Raises ``LabelBudget``.
 
@@ -424,6 +464,7 @@ def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: 
 
     The labels wait per boundary (one chunk per extended block, with their heads) and a
     boundary's nodes take theirs in one sort: no per-head bookkeeping on the hot path.
+    ``stats``: filled per boundary with the labels that arrived, were kept, and their nodes.
     """
     pa = prob.pa
     slack = T * (1 + 1e-9) + 1e-15 if math.isfinite(T) else math.inf
@@ -468,6 +509,11 @@ def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: 
                 keep = np.argsort(fl, kind="stable")[:beam]
                 S, M, par, arc = S[keep], M[keep], par[keep], arc[keep]
             gid = n_kept + np.arange(len(S))
+            if stats is not None:
+                row = stats.setdefault(b, {"side": "forward", "arrived": 0, "kept": 0, "nodes": 0})
+                row["arrived"] += hi_ - lo_
+                row["kept"] += len(S)
+                row["nodes"] += 1
             parents.append(par)
             via.append(arc)
             n_kept += len(S)
@@ -512,6 +558,39 @@ def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: 
     return (path[::-1], best[0]), n_kept, support
 
 
+GROWTH = 3.0  # a probe aims at this many times the labels of the last that found nothing
+
+
+def _next_threshold(first: float, lo: float, top: float, refuted: list[tuple[float, int]],
+                    growth: float = GROWTH) -> float:
+    """The next probe's threshold between the proven bound ``lo`` and the incumbent ``top``.
+
+    A probe keeps far fewer labels at a small threshold, and the labels grow about
+    exponentially with it near the optimum: the first probes take the fixed fractions
+    ``_PROBES`` of the way from ``first`` (the bound the search started from); once two probes
+    kept labels, the next aims at ``GROWTH`` times the last one's labels on the log-linear fit
+    of the last two, its slope raised as much as it rose from the two before (``growth``: fewer
+    when the time left would not hold that many), at most halfway to the incumbent. Any
+    threshold is sound: an empty probe proves it, one with a plan gives the optimum."""
+    if not math.isfinite(top):
+        return top
+    fixed = [first + (top - first) * f for f in _PROBES]
+    nxt = next((t for t in fixed if t > lo * (1 + 1e-12)), top)
+    if len(refuted) >= 2:
+        (t1, n1), (t2, n2) = refuted[-2], refuted[-1]
+        if n2 > n1 >= 10 and t2 > t1:
+            rate = math.log(n2 / n1) / (t2 - t1)  # log labels per unit of threshold
+            if len(refuted) >= 3:  # the rate grows towards the optimum: as it grew last
+                t0, n0 = refuted[-3]
+                if n1 > n0 >= 10 and t1 > t0:
+                    rate *= max(1.0, rate / (math.log(n1 / n0) / (t1 - t0)))
+            aim = t2 + math.log(growth) / rate
+            nxt = min(aim, lo + (top - lo) / 2) if aim > lo else nxt
+    if top - nxt <= top * 1e-6:
+        nxt = top
+    return max(nxt, lo)
+
+
 def graph_floor(prob: _Problem, source: int) -> float:
     """A lower bound on every plan of the graph: the source's floor."""
     v, _ = prob.floor(np.zeros((1, prob.add.shape[1])), np.zeros((1, prob.mx.shape[1])), np.array([source]))
@@ -546,10 +625,14 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
         prob.set_weights(lag.weights)
     inc_arcs, inc_value = lag.best if lag.best is not None else ([], math.inf)
     labels = probes = 0
+    beams_from = time.perf_counter()
     for width in _BEAMS:  # beam searches for a better incumbent (heuristics: they prove nothing)
         T = min(inc_value, upper)
         if lo >= T * (1 - 1e-9):
             break
+        if deadline is not None and width > _BEAMS[1] and \
+                time.perf_counter() - beams_from > BEAM_SHARE * (deadline - time.perf_counter()):
+            break  # the wider beams only while the narrower ones took little of the time left
         try:
             found, kept, _ = _probe(sg, prob, T, max_labels, deadline, beam=width)
         except LabelBudget:
@@ -559,9 +642,17 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
             inc_arcs, inc_value = found
     top = min(inc_value, upper)
     lo = min(lo, top)
-    steps = sorted({lo + (top - lo) * f for f in _PROBES}) if math.isfinite(top) else [top]
-    for T in steps:
+    first, refuted = lo, []  # (threshold, labels) of the probes that found nothing
+    per_label = 0.0  # seconds per label of the last probe that found nothing
+    while True:
+        growth = GROWTH
+        if deadline is not None and refuted and per_label > 0:
+            # a probe stopped by the deadline proves nothing: aim at what the time left holds
+            fits = (deadline - time.perf_counter()) / per_label / 2
+            growth = min(GROWTH, max(1.25, fits / max(1, refuted[-1][1])))
+        T = _next_threshold(first, lo, top, refuted, growth)
         probes += 1
+        started = time.perf_counter()
         try:
             found, kept, support = _probe(sg, prob, T, max_labels, deadline)
         except LabelBudget:
@@ -571,9 +662,13 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
             arcs, value = found
             if value > inc_value:  # the incumbent itself lies within T: never worse than it
                 arcs, value = inc_arcs, inc_value
-            if value < T * (1 - 1e-6):  # the support of a probe at the optimum itself is smaller
+            if value < T * (1 - 1e-6):
+                # the support of a probe at the optimum itself is smaller (for the MILP and
+                # CP-SAT models): at most as long as the probe that found it took
+                took = time.perf_counter() - started
+                until = time.perf_counter() + took if deadline is None else min(deadline, time.perf_counter() + took)
                 try:
-                    again, kept, tight = _probe(sg, prob, value, max_labels, deadline)
+                    again, kept, tight = _probe(sg, prob, value, max_labels, until)
                     labels += kept
                     if again is not None:
                         support, T = tight, value
@@ -582,6 +677,10 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
             return MinMaxResult(arcs, value, value, True, support=support, support_T=T, labels=labels,
                                 probes=probes)
         lo = max(lo, T)  # no plan within the caps is worth at most T
+        refuted.append((T, kept))
+        per_label = (time.perf_counter() - started) / max(1, kept)
+        if T >= top:
+            break
     # nothing within the caps and ``upper``; the incumbent, if any, lies above it
     return MinMaxResult(inc_arcs, inc_value, upper, False, none_within=True,
                         support=np.zeros(len(sg.arcs), dtype=bool), support_T=upper, labels=labels, probes=probes)

@@ -193,6 +193,12 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
     if bounded and obj == "period":
         _threshold(st, bounds, instance, incumbent, deadline, ctx)
     upper = min(st.lower * (1 + settings.delta), cap_at) if bounded else math.inf
+    # period and memory with a plan known: the first round goes straight to it (a round just
+    # above the relaxation's bound enumerates nearly as many arcs as the jump, the mean-load
+    # floor being weak, and proves only what the search's first probe proves at once)
+    first_jump = minmax and bounded and math.isfinite(cap_at) and math.isfinite(st.lower) and cap_at > upper
+    if first_jump:
+        upper = cap_at
     if bounded and math.isinf(st.lower):
         # the relaxation (drop_overflow) proves that every plan has a stage part that fits no
         # device's memory cap: a round within 0 enumerates nothing and shows the caps infeasible
@@ -224,7 +230,8 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         if not minmax:  # (a min-max round is within the incumbent or a bisection step)
             cap = min(cap, max(FIRST_CAP, 16 * prev_arcs, retry_cap))
         now = time.perf_counter()
-        build_by = deadline if deadline is None or not jump or st.rounds == 1 else now + 0.75 * (deadline - now)
+        small_first = st.rounds == 1 and not first_jump  # the first round is the small one: all the time
+        build_by = deadline if deadline is None or not jump or small_first else now + 0.75 * (deadline - now)
         try:
             sg = build_stage_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
                                    deadline=build_by, objective=obj if bounded else "latency",
@@ -232,7 +239,8 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
                                    bounds=bounds, memo=memo,
                                    reduction=reduction_for(instance, obj, settings.symmetry))
         except TimeoutError:
-            if jump and deadline is not None and time.perf_counter() < deadline:  # the jump's share of the time: crawl instead
+            if jump and deadline is not None and time.perf_counter() < deadline:
+                # the jump's share of the time ran out: crawl up from the bound instead
                 jump, upper = False, done_upper * (1 + growth)
                 continue
             if st.best is None:
