@@ -19,15 +19,20 @@ shortest path does not give them. They are resource-constrained paths instead:
   ``_Problem.set_weights``);
 - labels are processed in boundary order, so the label search with threshold ``T`` (a **probe**)
   returns the best plan whose value is at most ``T`` (exact: every such plan's prefixes have
-  floors at most ``T``, and dominance keeps one no worse), or proves there is none.
+  floors at most ``T``, and dominance keeps one no worse), or proves there is none. A probe
+  can also grow **backward** labels (a plan's suffix, floored by the prefix floors) from the
+  terminals and join them with the forward ones where the two sides meet (``_probe_meet``).
 
 The **threshold search** (``minmax_search``) finds an incumbent and a bound with shortest
 paths under those weightings (the Lagrangian dual: at least the fluid bound), improves the
-incumbent with two beam searches (the probe keeping the 1, then 4 labels of least floor per
-node: heuristics, they prove nothing), then probes increasing thresholds between the proven lower bound and the incumbent (a
-small threshold keeps far fewer labels): an empty probe proves its threshold a lower bound, the
-first probe with a plan gives the optimum. A label budget or a deadline stops it with the proven
-interval ``[lower, incumbent]``.
+incumbent with beam searches (the probe keeping the 1, 4, then 16 labels of least floor per
+node: heuristics, they prove nothing), then probes increasing thresholds between the proven
+lower bound and the incumbent (a small threshold keeps far fewer labels; ``_next_threshold``
+aims each at a few times the labels of the last): an empty probe proves its threshold a lower
+bound, the first probe with a plan gives the optimum. The first probe with many labels is run
+from both ends and from the source, and the direction that keeps fewer labels runs the rest.
+A deadline stops it with the proven interval ``[lower, incumbent]``; a probe past the label
+budget is retried at a smaller threshold while time is left.
 
 >>> from formulations.minmax import minmax_search                  # doctest: +SKIP
 >>> res = minmax_search(sg, "period")                              # doctest: +SKIP
@@ -50,7 +55,7 @@ MINMAX = ("period", "memory")
 # probe keeps grow steeply near the optimum: the steps narrow there, each proving more)
 _PROBES = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 7 / 8, 1.0)
 _BEAMS = (1, 4, 16)  # label beams per node of the searches for an incumbent
-BEAM_SHARE = 0.1  # the beams after the first two run while those before took less of the time left
+BEAM_SHARE = 0.1  # a beam after the first two runs while the last improved and they took less of the time left
 
 
 class LabelBudget(RuntimeError):
@@ -909,9 +914,10 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
     """The best plan of ``sg`` for ``objective`` (period or memory) that meets the instance's caps
     (memory, latency, energy) among those worth at most ``upper`` (see the module).
 
-    ``lower``: a bound already proven for those plans. Exact unless stopped: past ``max_labels``
-    labels in one probe or at ``deadline`` (``time.perf_counter()``) the result holds the best
-    plan found and the proven bound (``stopped``).
+    ``lower``: a bound already proven for those plans. Exact unless stopped: at ``deadline``
+    (``time.perf_counter()``), or when probes ever closer to the proven bound all keep more
+    than ``max_labels`` labels, the result holds the best plan found and the proven bound
+    (``stopped``).
     """
     if objective not in MINMAX:
         raise ValueError(f"minmax_search is for {' and '.join(MINMAX)}, not {objective!r}")
@@ -931,20 +937,21 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
         prob.set_weights(lag.weights)
     inc_arcs, inc_value = lag.best if lag.best is not None else ([], math.inf)
     labels = probes = 0
-    beams_from = time.perf_counter()
+    beams_from, improved = time.perf_counter(), False
     for width in _BEAMS:  # beam searches for a better incumbent (heuristics: they prove nothing)
         T = min(inc_value, upper)
         if lo >= T * (1 - 1e-9):
             break
-        if deadline is not None and width > _BEAMS[1] and \
-                time.perf_counter() - beams_from > BEAM_SHARE * (deadline - time.perf_counter()):
-            break  # the wider beams only while the narrower ones took little of the time left
+        if width > _BEAMS[1] and (not improved or (deadline is not None and time.perf_counter() - beams_from >
+                                                   BEAM_SHARE * (deadline - time.perf_counter()))):
+            break  # the wider beams only while the narrower ones improved and took little of the time left
         try:
             found, kept, _ = _probe(sg, prob, T, max_labels, deadline, beam=width)
         except LabelBudget:
             break
         labels += kept
-        if found is not None and found[1] < inc_value:
+        improved = found is not None and found[1] < inc_value
+        if improved:
             inc_arcs, inc_value = found
     top = min(inc_value, upper)
     lo = min(lo, top)
