@@ -19,15 +19,20 @@ shortest path does not give them. They are resource-constrained paths instead:
   ``_Problem.set_weights``);
 - labels are processed in boundary order, so the label search with threshold ``T`` (a **probe**)
   returns the best plan whose value is at most ``T`` (exact: every such plan's prefixes have
-  floors at most ``T``, and dominance keeps one no worse), or proves there is none.
+  floors at most ``T``, and dominance keeps one no worse), or proves there is none. A probe
+  can also grow **backward** labels (a plan's suffix, floored by the prefix floors) from the
+  terminals and join them with the forward ones where the two sides meet (``_probe_meet``).
 
 The **threshold search** (``minmax_search``) finds an incumbent and a bound with shortest
 paths under those weightings (the Lagrangian dual: at least the fluid bound), improves the
-incumbent with two beam searches (the probe keeping the 1, then 4 labels of least floor per
-node: heuristics, they prove nothing), then probes increasing thresholds between the proven lower bound and the incumbent (a
-small threshold keeps far fewer labels): an empty probe proves its threshold a lower bound, the
-first probe with a plan gives the optimum. A label budget or a deadline stops it with the proven
-interval ``[lower, incumbent]``.
+incumbent with beam searches (the probe keeping the 1, 4, then 16 labels of least floor per
+node: heuristics, they prove nothing), then probes increasing thresholds between the proven
+lower bound and the incumbent (a small threshold keeps far fewer labels; ``_next_threshold``
+aims each at a few times the labels of the last): an empty probe proves its threshold a lower
+bound, the first probe with a plan gives the optimum. The first probe with many labels is run
+from both ends and from the source, and the direction that keeps fewer labels runs the rest.
+A deadline stops it with the proven interval ``[lower, incumbent]``; a probe past the label
+budget is retried at a smaller threshold while time is left.
 
 >>> from formulations.minmax import minmax_search                  # doctest: +SKIP
 >>> res = minmax_search(sg, "period")                              # doctest: +SKIP
@@ -49,7 +54,8 @@ MINMAX = ("period", "memory")
 # thresholds tried, as fractions of the way from the bound to the incumbent (the labels a
 # probe keeps grow steeply near the optimum: the steps narrow there, each proving more)
 _PROBES = (1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 7 / 8, 1.0)
-_BEAMS = (1, 4)  # label beams per node of the searches for an incumbent
+_BEAMS = (1, 4, 16)  # label beams per node of the searches for an incumbent
+BEAM_SHARE = 0.1  # a beam after the first two runs while the last improved and they took less of the time left
 
 
 class LabelBudget(RuntimeError):
@@ -79,6 +85,20 @@ class MinMaxResult:
     support_T: float = math.inf
     labels: int = 0
     probes: int = 0
+
+
+@dataclass
+class _Side:
+    """Floors, per node, of the part of a plan a label does not hold: per summed column
+    (``add``) and maxed column (``mx``), the devices' summed loads or weights (``sum``), for
+    memory the largest summed working set of one stage (``ksum``), and the weighted costs of
+    each Lagrangian weighting (``lag``)."""
+
+    add: np.ndarray
+    mx: np.ndarray
+    sum: np.ndarray
+    ksum: np.ndarray | None
+    lag: np.ndarray
 
 
 class _Problem:
@@ -169,6 +189,7 @@ class _Problem:
         self.lag_cols = self.obj_add + ([self.x_col] if self.shared else [])
         self.lag_w = np.zeros((len(self.lag_cols), 0))
         self.suf_lag = np.zeros((sg.n_nodes, 0))
+        self._before: _Side | None = None  # the prefix floors, for backward labels (``side``)
 
     def lag_costs(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Arc and terminal costs of the weighting(s) ``w`` (columns over ``lag_cols``): for the
@@ -196,6 +217,7 @@ class _Problem:
         label still takes on is at least the cheapest suffix of the weighted costs."""
         self.lag_w = W
         self.suf_lag = self.suffix_many(*self.lag_costs(W)) if W.shape[1] else np.zeros((self.pa.n, 0))
+        self._before = None
 
     @staticmethod
     def _can_overflow(w, k, cap) -> bool:
@@ -211,25 +233,73 @@ class _Problem:
             dist[tails] = np.minimum(dist[tails], np.minimum.reduceat(vals, starts))
         return dist
 
-    def floor(self, S: np.ndarray, M: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def side(self, backward: bool = False) -> "_Side":
+        """The floors of what is still to come after a node (forward labels) or of what comes
+        before it (``backward``: labels that hold a suffix of the plan)."""
+        if not backward:
+            return _Side(self.suf_add, self.suf_mx, self.suf_sum, getattr(self, "suf_ksum", None), self.suf_lag)
+        if self._before is None or self._before.lag.shape[1] != self.lag_w.shape[1]:
+            self._before = self._prefix_side()
+        return self._before
+
+    def _prefix_side(self) -> "_Side":
+        """Per node: the least each summed column, the sum over the devices and the weighted
+        costs take on from the source to it, and the smallest largest maxed column."""
+        use = self.usable
+        n = self.pa.n
+        add = self.prefix_many(np.where(use[:, None], self.add, np.inf)) if self.add.shape[1] else \
+            np.zeros((n, 0))
+        mx = np.column_stack([self._bottleneck_before(np.where(use, self.mx[:, j], np.inf))
+                              for j in range(self.mx.shape[1])]) if self.mx.shape[1] else np.zeros((n, 0))
+        total = self.prefix_many(np.where(use, self.add[:, self.obj_add].sum(axis=1), np.inf)[:, None])[:, 0]
+        ksum = None
+        if self.objective == "memory":
+            ksum = self._bottleneck_before(np.where(use, self.mx[:, self.obj_add].sum(axis=1), np.inf))
+        lag = self.prefix_many(self.lag_costs(self.lag_w)[0]) if self.lag_w.shape[1] else np.zeros((n, 0))
+        return _Side(add, mx, total, ksum, lag)
+
+    def prefix_many(self, c: np.ndarray) -> np.ndarray:
+        """Per node and column of ``c``: the cheapest cost from the source."""
+        pa = self.pa
+        dist = np.full((pa.n, c.shape[1]), np.inf)
+        dist[pa.source] = 0.0
+        for f, heads, starts in pa.forward:
+            vals = dist[pa.tail[f]] + c[f]
+            dist[heads] = np.minimum(dist[heads], np.minimum.reduceat(vals, starts, axis=0))
+        return dist
+
+    def _bottleneck_before(self, cost: np.ndarray) -> np.ndarray:
+        """Per node: the smallest largest arc value over the paths from the source."""
+        pa = self.pa
+        dist = np.full(pa.n, np.inf)
+        dist[pa.source] = 0.0
+        for f, heads, starts in pa.forward:
+            vals = np.maximum(cost[f], dist[pa.tail[f]])
+            dist[heads] = np.minimum(dist[heads], np.minimum.reduceat(vals, starts))
+        return dist
+
+    def floor(self, S: np.ndarray, M: np.ndarray, at: np.ndarray,
+              side: "_Side | None" = None) -> tuple[np.ndarray, np.ndarray]:
         """(floor of the objective, meets the caps) for labels ``S``/``M`` at nodes ``at``; at a
-        terminal the floor is the plan's value."""
-        E = S + self.suf_add[at]
-        Mm = np.maximum(M, self.suf_mx[at]) if M.shape[1] else M
+        terminal the floor is the plan's value. ``side``: the floors of the rest of the plan
+        (the suffix floors by default; ``side(backward=True)`` for labels holding suffixes)."""
+        sd = side or self.side()
+        E = S + sd.add[at]
+        Mm = np.maximum(M, sd.mx[at]) if M.shape[1] else M
         if self.objective == "period":
             v = E[:, self.obj_add].max(axis=1)
-            v = np.maximum(v, (S[:, self.obj_add].sum(axis=1) + self.suf_sum[at]) / self.n_dev)
+            v = np.maximum(v, (S[:, self.obj_add].sum(axis=1) + sd.sum[at]) / self.n_dev)
             if self.shared:
                 v = np.maximum(v, E[:, self.x_col])
             if self.lag_w.shape[1]:
-                lag = S[:, self.lag_cols] @ self.lag_w + self.suf_lag[at]
+                lag = S[:, self.lag_cols] @ self.lag_w + sd.lag[at]
                 v = np.maximum(v, lag.max(axis=1))
         else:
             v = (E[:, self.obj_add] + Mm[:, self.obj_add]).max(axis=1)
-            held = S[:, self.obj_add].sum(axis=1) + self.suf_sum[at]
-            v = np.maximum(v, (held + np.maximum(M[:, self.obj_add].sum(axis=1), self.suf_ksum[at])) / self.n_dev)
+            held = S[:, self.obj_add].sum(axis=1) + sd.sum[at]
+            v = np.maximum(v, (held + np.maximum(M[:, self.obj_add].sum(axis=1), sd.ksum[at])) / self.n_dev)
             if self.lag_w.shape[1]:
-                lag = (S[:, self.lag_cols] + Mm[:, self.obj_add]) @ self.lag_w + self.suf_lag[at]
+                lag = (S[:, self.lag_cols] + Mm[:, self.obj_add]) @ self.lag_w + sd.lag[at]
                 v = np.maximum(v, lag.max(axis=1))
         ok = np.ones(len(S), dtype=bool)
         if len(self.cap_dev):
@@ -238,43 +308,73 @@ class _Problem:
             ok &= E[:, col] <= limit
         return v, ok
 
-    def floor_grid(self, S: np.ndarray, M: np.ndarray, A: np.ndarray, heads: np.ndarray) -> np.ndarray:
-        """Whether each label of ``S``/``M`` (one node's) crossed with each arc of ``A`` (to
-        ``heads``) has a floor within the threshold and meets the caps: ``floor`` of the
-        extended labels, with the arcs' parts summed once per arc instead of per label.
-        Returns (floor, meets the caps), each of shape (labels, arcs)."""
-        addA = self.add[A]
-        G = addA + self.suf_add[heads]  # per arc: its part plus the least after its head
-        E = S[:, None, :] + G[None, :, :]
-        nM = M.shape[1]
-        if nM:
-            H = np.maximum(self.mx[A], self.suf_mx[heads])
-            Mm = np.maximum(M[:, None, :], H[None, :, :])
-        obj = self.obj_add
-        held = S[:, obj].sum(axis=1)[:, None] + (addA[:, obj].sum(axis=1) + self.suf_sum[heads])[None, :]
+    def value(self, S: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(value, meets the caps) of whole plans with summed columns ``S`` (terminal included)
+        and maxed columns ``M``; ``S``/``M`` may carry leading axes (pairs of labels)."""
         if self.objective == "period":
-            v = E[:, :, obj].max(axis=2)
-            v = np.maximum(v, held / self.n_dev)
+            v = S[..., self.obj_add].max(axis=-1)
             if self.shared:
-                v = np.maximum(v, E[:, :, self.x_col])
-            if self.lag_w.shape[1]:
-                lag = (S[:, self.lag_cols] @ self.lag_w)[:, None, :] + \
-                    (addA[:, self.lag_cols] @ self.lag_w + self.suf_lag[heads])[None, :, :]
-                v = np.maximum(v, lag.max(axis=2))
+                v = np.maximum(v, S[..., self.x_col])
         else:
-            v = (E[:, :, obj] + Mm[:, :, obj]).max(axis=2)
-            M2sum = np.maximum(M[:, None, obj], self.mx[A][None, :, obj]).sum(axis=2)
-            v = np.maximum(v, (held + np.maximum(M2sum, self.suf_ksum[heads][None, :])) / self.n_dev)
-            if self.lag_w.shape[1]:
-                lag = (S[:, self.lag_cols] @ self.lag_w)[:, None, :] + \
-                    (addA[:, self.lag_cols] @ self.lag_w + self.suf_lag[heads])[None, :, :] + \
-                    Mm[:, :, obj] @ self.lag_w
-                v = np.maximum(v, lag.max(axis=2))
+            v = (S[..., self.obj_add] + M[..., self.obj_add]).max(axis=-1)
         ok = np.ones(v.shape, dtype=bool)
         if len(self.cap_dev):
-            ok &= ((E[:, :, self.cap_w] + Mm[:, :, self.cap_m]) <= self.cap).all(axis=2)
+            ok &= ((S[..., self.cap_w] + M[..., self.cap_m]) <= self.cap).all(axis=-1)
         for col, limit in self.limits:
-            ok &= E[:, :, col] <= limit
+            ok &= S[..., col] <= limit
+        return v, ok
+
+    def floor_grid(self, S: np.ndarray, M: np.ndarray, A: np.ndarray, heads: np.ndarray,
+                   side: "_Side | None" = None) -> tuple[np.ndarray, np.ndarray]:
+        """Whether each label of ``S``/``M`` (one node's) crossed with each arc of ``A`` (to
+        ``heads``: the nodes the extended labels reach, tails for backward labels) has a floor
+        within the threshold and meets the caps: ``floor`` of the extended labels, with the arcs' parts summed once per arc instead of per label, column
+        by column (numpy is slow at reducing a short last axis).
+        Returns (floor, meets the caps), each of shape (labels, arcs)."""
+        sd = side or self.side()
+        addA = self.add[A]
+        G = addA + sd.add[heads]  # per arc: its part plus the least after its head
+        H = np.maximum(self.mx[A], sd.mx[heads]) if M.shape[1] else None
+        mm: dict[int, np.ndarray] = {}
+
+        def Mm(j):  # the maxed column j of the extended labels with the floor after the head
+            if j not in mm:
+                mm[j] = np.maximum(M[:, j, None], H[None, :, j])
+            return mm[j]
+
+        obj = self.obj_add
+        held = S[:, obj].sum(axis=1)[:, None] + (addA[:, obj].sum(axis=1) + sd.sum[heads])[None, :]
+        memory = self.objective == "memory"
+        v = None
+        for d in obj:
+            e = S[:, d, None] + G[None, :, d]
+            if memory:
+                e = e + Mm(d)
+            v = e if v is None else np.maximum(v, e, out=v)
+        if memory:
+            M2sum = None
+            for d in obj:
+                m2 = np.maximum(M[:, d, None], self.mx[A][None, :, d])
+                M2sum = m2 if M2sum is None else M2sum + m2
+            held = held + np.maximum(M2sum, sd.ksum[heads][None, :])
+        np.maximum(v, held / self.n_dev, out=v)
+        if self.shared:
+            np.maximum(v, S[:, self.x_col, None] + G[None, :, self.x_col], out=v)
+        if self.lag_w.shape[1]:
+            SW = S[:, self.lag_cols] @ self.lag_w
+            AW = addA[:, self.lag_cols] @ self.lag_w + sd.lag[heads]
+            for k in range(self.lag_w.shape[1]):
+                lag = SW[:, k, None] + AW[None, :, k]
+                if memory:
+                    for i, d in enumerate(obj):
+                        if self.lag_w[i, k]:
+                            lag += self.lag_w[i, k] * Mm(d)
+                np.maximum(v, lag, out=v)
+        ok = np.ones(v.shape, dtype=bool)
+        for cw, cm, cap in zip(self.cap_w, self.cap_m, self.cap):
+            ok &= (S[:, cw, None] + G[None, :, cw]) + Mm(cm) <= cap
+        for col, limit in self.limits:
+            ok &= S[:, col, None] + G[None, :, col] <= limit
         return v, ok
 
     def path_floor(self, arcs: list[int], end: int) -> tuple[float, bool]:
@@ -372,24 +472,47 @@ _SCREEN = 64  # labels of the least sum that screen the others before the exact 
 
 def _pareto(X: np.ndarray, deadline: float | None) -> np.ndarray:
     """``formulations.caps.undominated`` (sorted, each block of 256 rows against the rows kept),
-    checking ``deadline`` per block: one node can receive hundreds of thousands of labels."""
+    checking ``deadline`` per block: one node can receive hundreds of thousands of labels.
+
+    Sorted by the first column, a row can only be dominated by an earlier one, whose first
+    column is then no larger: only the other columns are compared, one at a time (numpy is
+    slow at reducing a short last axis), and only with the kept rows nowhere above the block's
+    largest values."""
     order = np.lexsort(tuple(X[:, 1:].T[::-1]) + (X[:, 0],))
-    v = X[order]
-    kept: list[np.ndarray] = []
-    kv = np.empty((0, v.shape[1]))
+    n, d = X.shape
+    if d <= 1 or n <= 1:
+        return order[:1] if n else np.zeros(0, dtype=np.int64)
+    cols = [np.ascontiguousarray(X[order, j]) for j in range(1, d)]
+    kept = np.empty(n, dtype=np.int64)
+    kcols = [np.empty(n) for _ in cols]
+    nk = 0
     block = 256
-    for lo in range(0, len(v), block):
+    for lo in range(0, n, block):
         if deadline is not None and lo and time.perf_counter() > deadline:
             raise LabelBudget("the time limit ran out")
-        x = v[lo:lo + block]
-        out = (kv[None, :, :] <= x[:, None, :]).all(axis=2).any(axis=1) if len(kv) else np.zeros(len(x), bool)
-        inner = (x[None, :, :] <= x[:, None, :]).all(axis=2)
-        inner &= np.tri(len(x), k=-1, dtype=bool)  # only earlier rows (sorted) can dominate
+        hi = min(n, lo + block)
+        xs = [c[lo:hi] for c in cols]
+        out = np.zeros(hi - lo, dtype=bool)
+        if nk:
+            m = kcols[0][:nk] <= xs[0].max()
+            for k, x in zip(kcols[1:], xs[1:]):
+                m &= k[:nk] <= x.max()
+            cand = np.flatnonzero(m)
+            if len(cand):
+                le = kcols[0][cand][None, :] <= xs[0][:, None]
+                for k, x in zip(kcols[1:], xs[1:]):
+                    le &= k[cand][None, :] <= x[:, None]
+                out = le.any(axis=1)
+        inner = np.tri(hi - lo, k=-1, dtype=bool)  # only earlier rows (sorted) can dominate
+        for x in xs:
+            inner &= x[None, :] <= x[:, None]
         out |= inner.any(axis=1)
         sel = np.flatnonzero(~out)
-        kept.append(order[lo + sel])
-        kv = np.vstack([kv, x[sel]])
-    return np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)
+        kept[nk:nk + len(sel)] = order[lo + sel]
+        for k, x in zip(kcols, xs):
+            k[nk:nk + len(sel)] = x[sel]
+        nk += len(sel)
+    return kept[:nk]
 
 
 def _undominated(X: np.ndarray, deadline: float | None = None) -> np.ndarray:
@@ -405,9 +528,12 @@ def _undominated(X: np.ndarray, deadline: float | None = None) -> np.ndarray:
         step = max(1, 2_000_000 // (_SCREEN * X.shape[1]))
         for lo in range(0, n, step):
             x = X[lo:lo + step]
-            le = (P[None, :, :] <= x[:, None, :]).all(axis=2)
+            le = np.ones((len(x), _SCREEN), dtype=bool)
             # equal rows: only the one of the smaller index dominates (never a row itself)
-            strict = (P[None, :, :] < x[:, None, :]).any(axis=2) | (screen[None, :] < np.arange(lo, lo + len(x))[:, None])
+            strict = screen[None, :] < np.arange(lo, lo + len(x))[:, None]
+            for j in range(X.shape[1]):
+                le &= P[None, :, j] <= x[:, j, None]
+                strict |= P[None, :, j] < x[:, j, None]
             dom[lo:lo + len(x)] = (le & strict).any(axis=1)
         rest = np.flatnonzero(~dom)
         return rest[_pareto(X[rest], deadline)]
@@ -415,15 +541,28 @@ def _undominated(X: np.ndarray, deadline: float | None = None) -> np.ndarray:
 
 
 def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: float | None,
-           beam: int | None = None):
+           beam: int | None = None, stats: dict | None = None, meet: bool = False):
     """The best plan worth at most ``T`` that meets the caps: (arcs, value) or None, the labels
     kept and the support (bool per arc). Raises ``LabelBudget``.
+
+    ``meet`` (without ``beam``): labels grow from both ends and meet (``_probe_meet``); else
+    from the source (``_probe_forward``).
+    """
+    if meet and beam is None:
+        return _probe_meet(sg, prob, T, max_labels, deadline, stats)
+    return _probe_forward(sg, prob, T, max_labels, deadline, beam, stats)
+
+
+def _probe_forward(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: float | None,
+                   beam: int | None = None, stats: dict | None = None):
+    """``_probe`` with labels extended from the source only.
 
     ``beam``: keep at most that many labels per node, those of the least floor (a heuristic:
     the plan is then only a good one, and None proves nothing).
 
     The labels wait per boundary (one chunk per extended block, with their heads) and a
     boundary's nodes take theirs in one sort: no per-head bookkeeping on the hot path.
+    ``stats``: filled per boundary with the labels that arrived, were kept, and their nodes.
     """
     pa = prob.pa
     slack = T * (1 + 1e-9) + 1e-15 if math.isfinite(T) else math.inf
@@ -468,6 +607,11 @@ def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: 
                 keep = np.argsort(fl, kind="stable")[:beam]
                 S, M, par, arc = S[keep], M[keep], par[keep], arc[keep]
             gid = n_kept + np.arange(len(S))
+            if stats is not None:
+                row = stats.setdefault(b, {"side": "forward", "arrived": 0, "kept": 0, "nodes": 0})
+                row["arrived"] += hi_ - lo_
+                row["kept"] += len(S)
+                row["nodes"] += 1
             parents.append(par)
             via.append(arc)
             n_kept += len(S)
@@ -512,6 +656,252 @@ def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: 
     return (path[::-1], best[0]), n_kept, support
 
 
+@dataclass
+class _Chunks:
+    """Labels waiting at one boundary: per chunk (summed columns, maxed columns, the label they
+    extend, the arc, the node reached)."""
+
+    parts: list
+
+    def rows(self) -> int:
+        return sum(len(c[0]) for c in self.parts)
+
+    def by_node(self):
+        """The waiting labels grouped by node: (node, S, M, link, arc) per node."""
+        if not self.parts:
+            return []
+        S, M, link, arc, node = (np.concatenate([c[i] for c in self.parts]) for i in range(5))
+        order = np.argsort(node, kind="stable")
+        S, M, link, arc, node = S[order], M[order], link[order], arc[order], node[order]
+        starts = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
+        ends = np.r_[starts[1:], len(node)]
+        return [(int(node[lo]), S[lo:hi], M[lo:hi], link[lo:hi], arc[lo:hi])
+                for lo, hi in zip(starts.tolist(), ends.tolist())]
+
+
+def _probe_meet(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: float | None,
+                stats: dict | None = None):
+    """``_probe`` with labels grown from both ends: **forward** labels (what a plan holds from
+    the source to a node, floored by the suffix floors) and **backward** labels (what it holds
+    from a node to the end, the terminal's gather included, floored by the prefix floors).
+
+    Boundaries are settled one at a time from either end, the end with fewer labels waiting
+    first, until the two meet; each node is settled by one side. Every plan crosses the cut
+    by one arc, extended by the side that settled its end first, and the labels it brings
+    wait at the other end until that node is settled: then each waiting label is joined with
+    each settled one there (a whole plan: summed columns added, maxed ones maxed). A label is
+    kept unless another at its node (of its side) is nowhere worse or its floor exceeds ``T``,
+    so for every plan worth at most ``T`` some join is nowhere worse (the floors and the value
+    are monotone in the labels): the best join within ``T`` is the best plan within ``T``.
+    Labels near the middle of the graph are the most numerous, and neither side reaches far
+    past it.
+    """
+    pa = prob.pa
+    slack = T * (1 + 1e-9) + 1e-15 if math.isfinite(T) else math.inf
+    nA, nM = prob.add.shape[1], prob.mx.shape[1]
+    fwd, bwd = prob.side(), prob.side(backward=True)
+    bnd = np.fromiter((b for b, _ in sg.nodes), dtype=np.int64, count=sg.n_nodes)
+    use = prob.usable
+    out_arcs = [np.array([a for a in arcs if use[a]], dtype=np.int64) for arcs in sg.out_arcs]
+    in_arcs = [np.array([a for a in arcs if use[a]], dtype=np.int64) for arcs in sg.in_arcs]
+    support = np.zeros(len(sg.arcs), dtype=bool)
+    n_bnd = int(bnd.max()) + 1
+    wait_f = [_Chunks([]) for _ in range(n_bnd)]  # forward labels waiting per boundary
+    wait_b = [_Chunks([]) for _ in range(n_bnd)]
+    wait_f[int(bnd[sg.source])].parts.append((np.zeros((1, nA)), np.zeros((1, nM)), np.full(1, -1, np.int64),
+                                             np.full(1, -1, np.int64), np.full(1, sg.source, np.int64)))
+    tn = pa.term_nodes
+    for b in np.unique(bnd[tn]).tolist():
+        t = tn[bnd[tn] == b]
+        wait_b[b].parts.append((prob.term_add[t], np.zeros((len(t), nM)), np.full(len(t), -1, np.int64),
+                                np.full(len(t), -1, np.int64), t))
+    links = {True: ([], []), False: ([], [])}  # per side (forward?): the label each extends, the arc
+    count = {True: 0, False: 0}
+    best = None  # (value, forward label, backward label)
+
+    def record(forward: bool, link, arc) -> np.ndarray:
+        gid = count[forward] + np.arange(len(link))
+        links[forward][0].append(link)
+        links[forward][1].append(arc)
+        count[forward] += len(link)
+        if count[True] + count[False] > max_labels:
+            raise LabelBudget(f"more than {max_labels:,} labels")
+        return gid
+
+    def tick():
+        if deadline is not None and time.perf_counter() > deadline:
+            raise LabelBudget("the time limit ran out")
+
+    def pareto(S, M, link, arc):
+        if len(S) > 1:
+            keep = _undominated(np.hstack([S, M]), deadline)
+            return S[keep], M[keep], link[keep], arc[keep]
+        return S, M, link, arc
+
+    def join(fS, fM, fg, bS, bM, bg):
+        nonlocal best
+        step = max(1, 400_000 // (len(bS) * max(1, nA + nM)))
+        for lo in range(0, len(fS), step):
+            if lo:
+                tick()
+            S = fS[lo:lo + step, None, :] + bS[None, :, :]
+            M = np.maximum(fM[lo:lo + step, None, :], bM[None, :, :])
+            v, ok = prob.value(S, M)
+            v = np.where(ok, v, np.inf)
+            i = int(np.argmin(v))
+            fi, bi = divmod(i, len(bS))
+            val = float(v.flat[i])
+            if val <= slack and (best is None or val < best[0]):
+                best = (val, int(fg[lo + fi]), int(bg[bi]))
+
+    def settle(b: int, forward: bool, lo_b: int, hi_b: int):
+        own, other = (wait_f[b], wait_b[b]) if forward else (wait_b[b], wait_f[b])
+        groups, others = own.by_node(), {g[0]: g[1:] for g in other.by_node()}
+        own.parts, other.parts = [], []
+        side = fwd if forward else bwd
+        arcs_of, ends = (out_arcs, pa.head) if forward else (in_arcs, pa.tail)
+        row = None
+        if stats is not None:
+            row = stats.setdefault(b, {"side": "forward" if forward else "backward", "arrived": 0, "kept": 0,
+                                       "nodes": 0, "joined": 0})
+        for v, S, M, link, arc in groups:
+            tick()
+            arrived = len(S)
+            S, M, link, arc = pareto(S, M, link, arc)
+            gid = record(forward, link, arc)
+            if row is not None:
+                row["arrived"] += arrived
+                row["kept"] += len(S)
+                row["nodes"] += 1
+            if v in others:  # the other side's labels that crossed into v: whole plans
+                oS, oM, olink, oarc = pareto(*others.pop(v))
+                ogid = record(not forward, olink, oarc)
+                if row is not None:
+                    row["joined"] += len(oS)
+                if forward:
+                    join(S, M, gid, oS, oM, ogid)
+                else:
+                    join(oS, oM, ogid, S, M, gid)
+            A = arcs_of[v]
+            if not len(A):
+                continue
+            nxt = ends[A]
+            open_ = (bnd[nxt] <= hi_b) if forward else (bnd[nxt] >= lo_b)  # not settled by the other side
+            A, nxt = A[open_], nxt[open_]
+            if not len(A):
+                continue
+            nb = bnd[nxt]
+            step = max(1, 400_000 // (len(A) * max(1, nA + nM + prob.lag_w.shape[1])))
+            for lo in range(0, len(S), step):
+                if lo:
+                    tick()
+                Sb, Mb, gb = S[lo:lo + step], M[lo:lo + step], gid[lo:lo + step]
+                fl, ok = prob.floor_grid(Sb, Mb, A, nxt, side)
+                li, ai = np.nonzero(ok & (fl <= slack))
+                if not len(li):
+                    continue
+                support[A[ai]] = True
+                S2 = Sb[li] + prob.add[A[ai]]
+                M2 = np.maximum(Mb[li], prob.mx[A[ai]])
+                to, tob = nxt[ai], nb[ai]
+                waits = wait_f if forward else wait_b
+                for t in np.unique(tob).tolist():
+                    m = tob == t
+                    waits[t].parts.append((S2[m], M2[m], gb[li[m]], A[ai[m]], to[m]))
+
+    lo_b, hi_b = 0, n_bnd - 1
+    while lo_b <= hi_b:
+        if wait_f[lo_b].rows() <= wait_b[hi_b].rows():
+            settle(lo_b, True, lo_b, hi_b)
+            lo_b += 1
+        else:
+            settle(hi_b, False, lo_b, hi_b)
+            hi_b -= 1
+    kept = count[True] + count[False]
+    if best is None:
+        return None, kept, support
+    f_link, f_arc = (np.concatenate(x) for x in links[True])
+    b_link, b_arc = (np.concatenate(x) for x in links[False])
+    head, g = [], best[1]
+    while f_arc[g] >= 0:
+        head.append(int(f_arc[g]))
+        g = int(f_link[g])
+    tail, g = [], best[2]
+    while b_arc[g] >= 0:
+        tail.append(int(b_arc[g]))
+        g = int(b_link[g])
+    return (head[::-1] + tail, best[0]), kept, support
+
+
+GROWTH = 3.0  # a probe aims at this many times the labels of the last that found nothing
+RACE_LABELS = 1000  # the first probe that keeps this many labels is run from the other end too
+
+
+def _next_threshold(first: float, lo: float, top: float, refuted: list[tuple[float, int]],
+                    growth: float = GROWTH) -> float:
+    """The next probe's threshold between the proven bound ``lo`` and the incumbent ``top``.
+
+    A probe keeps far fewer labels at a small threshold, and the labels grow about
+    exponentially with it near the optimum: the first probes take the fixed fractions
+    ``_PROBES`` of the way from ``first`` (the bound the search started from); once two probes
+    kept labels, the next aims at ``GROWTH`` times the last one's labels on the log-linear fit
+    of the last two, its slope raised as much as it rose from the two before (``growth``: fewer
+    when the time left would not hold that many), at most halfway to the incumbent. Any threshold is sound: an empty probe proves it, one with a plan
+    gives the optimum."""
+    if not math.isfinite(top):
+        return top
+    fixed = [first + (top - first) * f for f in _PROBES]
+    nxt = next((t for t in fixed if t > lo * (1 + 1e-12)), top)
+    if len(refuted) >= 2:
+        (t1, n1), (t2, n2) = refuted[-2], refuted[-1]
+        if n2 > n1 >= 10 and t2 > t1:
+            rate = math.log(n2 / n1) / (t2 - t1)  # log labels per unit of threshold
+            if len(refuted) >= 3:  # the rate grows towards the optimum: as it grew last
+                t0, n0 = refuted[-3]
+                if n1 > n0 >= 10 and t1 > t0:
+                    rate *= max(1.0, rate / (math.log(n1 / n0) / (t1 - t0)))
+            aim = t2 + math.log(growth) / rate
+            nxt = min(aim, lo + (top - lo) / 2) if aim > lo else nxt
+    if top - nxt <= top * 1e-6:
+        nxt = top
+    return max(nxt, lo)
+
+
+GROWTH = 3.0  # a probe aims at this many times the labels of the last that found nothing
+RACE_LABELS = 1000  # the first probe that keeps this many labels is run from the other end too
+
+
+def _next_threshold(first: float, lo: float, top: float, refuted: list[tuple[float, int]],
+                    growth: float = GROWTH) -> float:
+    """The next probe's threshold between the proven bound ``lo`` and the incumbent ``top``.
+
+    A probe keeps far fewer labels at a small threshold, and the labels grow about
+    exponentially with it near the optimum: the first probes take the fixed fractions
+    ``_PROBES`` of the way from ``first`` (the bound the search started from); once two probes
+    kept labels, the next aims at ``GROWTH`` times the last one's labels on the log-linear fit
+    of the last two, its slope raised as much as it rose from the two before (``growth``: fewer
+    when the time left would not hold that many), a step at most twice the last one and at
+    most halfway to the incumbent. Any
+    threshold is sound: an empty probe proves it, one with a plan gives the optimum."""
+    if not math.isfinite(top):
+        return top
+    fixed = [first + (top - first) * f for f in _PROBES]
+    nxt = next((t for t in fixed if t > lo * (1 + 1e-12)), top)
+    if len(refuted) >= 2:
+        (t1, n1), (t2, n2) = refuted[-2], refuted[-1]
+        if n2 > n1 >= 10 and t2 > t1:
+            rate = math.log(n2 / n1) / (t2 - t1)  # log labels per unit of threshold
+            if len(refuted) >= 3:  # the rate grows towards the optimum: as it grew last
+                t0, n0 = refuted[-3]
+                if n1 > n0 >= 10 and t1 > t0:
+                    rate *= max(1.0, rate / (math.log(n1 / n0) / (t1 - t0)))
+            aim = min(t2 + math.log(growth) / rate, t2 + 2 * (t2 - t1))  # (a flat count says little)
+            nxt = min(aim, lo + (top - lo) / 2) if aim > lo else nxt
+    if top - nxt <= top * 1e-6:
+        nxt = top
+    return max(nxt, lo)
+
+
 def graph_floor(prob: _Problem, source: int) -> float:
     """A lower bound on every plan of the graph: the source's floor."""
     v, _ = prob.floor(np.zeros((1, prob.add.shape[1])), np.zeros((1, prob.mx.shape[1])), np.array([source]))
@@ -524,9 +914,10 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
     """The best plan of ``sg`` for ``objective`` (period or memory) that meets the instance's caps
     (memory, latency, energy) among those worth at most ``upper`` (see the module).
 
-    ``lower``: a bound already proven for those plans. Exact unless stopped: past ``max_labels``
-    labels in one probe or at ``deadline`` (``time.perf_counter()``) the result holds the best
-    plan found and the proven bound (``stopped``).
+    ``lower``: a bound already proven for those plans. Exact unless stopped: at ``deadline``
+    (``time.perf_counter()``), or when probes ever closer to the proven bound all keep more
+    than ``max_labels`` labels, the result holds the best plan found and the proven bound
+    (``stopped``).
     """
     if objective not in MINMAX:
         raise ValueError(f"minmax_search is for {' and '.join(MINMAX)}, not {objective!r}")
@@ -546,34 +937,60 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
         prob.set_weights(lag.weights)
     inc_arcs, inc_value = lag.best if lag.best is not None else ([], math.inf)
     labels = probes = 0
+    beams_from, improved = time.perf_counter(), False
     for width in _BEAMS:  # beam searches for a better incumbent (heuristics: they prove nothing)
         T = min(inc_value, upper)
         if lo >= T * (1 - 1e-9):
             break
+        if width > _BEAMS[1] and (not improved or (deadline is not None and time.perf_counter() - beams_from >
+                                                   BEAM_SHARE * (deadline - time.perf_counter()))):
+            break  # the wider beams only while the narrower ones improved and took little of the time left
         try:
             found, kept, _ = _probe(sg, prob, T, max_labels, deadline, beam=width)
         except LabelBudget:
             break
         labels += kept
-        if found is not None and found[1] < inc_value:
+        improved = found is not None and found[1] < inc_value
+        if improved:
             inc_arcs, inc_value = found
     top = min(inc_value, upper)
     lo = min(lo, top)
-    steps = sorted({lo + (top - lo) * f for f in _PROBES}) if math.isfinite(top) else [top]
-    for T in steps:
+    first, refuted = lo, []  # (threshold, labels) of the probes that found nothing
+    per_label = 0.0  # seconds per label of the last probe that found nothing
+    meet, raced = True, False  # labels from both ends, until the race says otherwise
+    ceiling = math.inf  # a threshold whose probe outgrew its share of the time left
+    while True:
+        growth, cap = GROWTH, max_labels
+        if deadline is not None and refuted and per_label > 0:
+            # a probe stopped by the deadline proves nothing: aim at what the time left holds,
+            # and give up a probe past half of it for a smaller threshold
+            fits = (deadline - time.perf_counter()) / per_label / 2
+            growth = min(GROWTH, max(1.25, fits / max(1, refuted[-1][1])))
+            cap = min(max_labels, max(1000, int(fits)))
+        T = _next_threshold(first, lo, top, refuted, growth)
+        if math.isfinite(ceiling):
+            T = min(T, lo + (ceiling - lo) / 2)
         probes += 1
+        started = time.perf_counter()
         try:
-            found, kept, support = _probe(sg, prob, T, max_labels, deadline)
-        except LabelBudget:
+            found, kept, support = _probe(sg, prob, T, cap, deadline, meet=meet)
+        except LabelBudget:  # too many labels (or the deadline): a smaller threshold, while time is left
+            if (deadline is None or time.perf_counter() < deadline) and T > lo * (1 + 1e-6) and lo < top:
+                ceiling = T
+                continue
             return MinMaxResult(inc_arcs, inc_value, min(lo, top), False, stopped=True, labels=labels, probes=probes)
         labels += kept
         if found is not None:
             arcs, value = found
             if value > inc_value:  # the incumbent itself lies within T: never worse than it
                 arcs, value = inc_arcs, inc_value
-            if value < T * (1 - 1e-6):  # the support of a probe at the optimum itself is smaller
+            if value < T * (1 - 1e-6):
+                # the support of a probe at the optimum itself is smaller (for the MILP and
+                # CP-SAT models): at most as long as the probe that found it took
+                took = time.perf_counter() - started
+                until = time.perf_counter() + took if deadline is None else min(deadline, time.perf_counter() + took)
                 try:
-                    again, kept, tight = _probe(sg, prob, value, max_labels, deadline)
+                    again, kept, tight = _probe(sg, prob, value, max_labels, until, meet=meet)
                     labels += kept
                     if again is not None:
                         support, T = tight, value
@@ -582,6 +999,22 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
             return MinMaxResult(arcs, value, value, True, support=support, support_T=T, labels=labels,
                                 probes=probes)
         lo = max(lo, T)  # no plan within the caps is worth at most T
+        refuted.append((T, kept))
+        per_label = (time.perf_counter() - started) / max(1, kept)
+        if not raced and kept >= RACE_LABELS and T < top:
+            # the other direction at the same threshold, with as many labels: the one that
+            # keeps fewer labels runs the rest (from the end, memory's large last layers are
+            # few labels; the period's backward labels can die unused)
+            raced = True
+            try:
+                _, other, _ = _probe(sg, prob, T, kept, deadline, meet=not meet)
+                labels += other
+                if other < kept:
+                    meet = not meet
+            except LabelBudget:
+                pass
+        if T >= top:
+            break
     # nothing within the caps and ``upper``; the incumbent, if any, lies above it
     return MinMaxResult(inc_arcs, inc_value, upper, False, none_within=True,
                         support=np.zeros(len(sg.arcs), dtype=bool), support_T=upper, labels=labels, probes=probes)

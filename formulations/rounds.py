@@ -196,6 +196,12 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
     if bounded and obj == "period":
         _threshold(st, bounds, instance, incumbent, deadline, ctx)
     upper = min(st.lower * (1 + settings.delta), cap_at) if bounded else math.inf
+    # period and memory with a plan known: the small first round (just above the relaxation's
+    # bound, which can be tight) gets the round budget of arcs and a quarter of the time; past
+    # either it goes straight to the plan (the mean-load floor is weak: such a round can
+    # enumerate nearly as many arcs as the jump and prove only what the search's first probe
+    # proves at once)
+    first_try = minmax and bounded and math.isfinite(cap_at) and math.isfinite(st.lower) and cap_at > upper
     if bounded and math.isinf(st.lower):
         # the relaxation (drop_overflow) proves that every plan has a stage part that fits no
         # device's memory cap: a round within 0 enumerates nothing and shows the caps infeasible
@@ -227,7 +233,12 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         if not minmax:  # (a min-max round is within the incumbent or a bisection step)
             cap = min(cap, max(FIRST_CAP, 16 * prev_arcs, retry_cap))
         now = time.perf_counter()
-        build_by = deadline if deadline is None or not jump or st.rounds == 1 else now + 0.75 * (deadline - now)
+        trying = first_try and st.rounds == 1
+        if trying:
+            cap = min(max_arcs, budget)
+            build_by = None if deadline is None else now + 0.25 * (deadline - now)
+        else:
+            build_by = deadline if deadline is None or not jump or st.rounds == 1 else now + 0.75 * (deadline - now)
         try:
             sg = build_stage_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
                                    deadline=build_by, objective=obj if bounded else "latency",
@@ -235,13 +246,20 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
                                    bounds=bounds, memo=memo,
                                    reduction=reduction_for(instance, obj, settings.symmetry))
         except TimeoutError:
-            if jump and deadline is not None and time.perf_counter() < deadline:  # the jump's share of the time: crawl instead
+            if trying and (deadline is None or time.perf_counter() < deadline):
+                upper = cap_at  # the small first round took its share: straight to the plan known
+                continue
+            if jump and deadline is not None and time.perf_counter() < deadline:
+                # the jump's share of the time ran out: crawl up from the bound instead
                 jump, upper = False, done_upper * (1 + growth)
                 continue
             if st.best is None:
                 raise SpaceTimeout(st.lower) from None
             return st.stop(timed_out=True)
         except SpaceTooLarge:
+            if trying:
+                upper = cap_at  # the small first round overflowed its budget: straight to the plan known
+                continue
             if jump:
                 jump, upper = False, done_upper * (1 + growth)
                 continue
