@@ -50,6 +50,7 @@ Why the bounds hold (docs/model.md section 4):
 
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple
 
 from milp_planner.instance import Instance
@@ -78,7 +79,9 @@ class _Affine(NamedTuple):
         return 0.0 if f <= 0 else max(self.overhead + self.slope * f, 0.0)
 
 
-_RECENT: list[tuple[Instance, str, "Floor"]] = []  # the last few floors, by instance identity
+# the last few floors, by instance identity: weak references, since an instance carries its
+# pricer's caches (hundreds of MB on large fleets) and must not outlive its solve
+_RECENT: list[tuple["weakref.ref[Instance]", str, "Floor"]] = []
 _RECENT_SIZE = 8
 
 
@@ -89,13 +92,14 @@ def lower_floor(instance: Instance, objective: str | None = None, deadline: floa
     search). ``deadline`` (a ``time.perf_counter()`` value) bounds the flow floor's LP: past
     it that floor is left out (and the result not remembered)."""
     objective = objective or instance.objective
-    for inst, obj, floor in _RECENT:
-        if inst is instance and obj == objective:
+    _RECENT[:] = [entry for entry in _RECENT if entry[0]() is not None]
+    for ref, obj, floor in _RECENT:
+        if ref() is instance and obj == objective:
             return floor
     whole = [True]
     floor = _lower_floor(instance, objective, deadline, whole)
     if whole[0]:
-        _RECENT.append((instance, objective, floor))
+        _RECENT.append((weakref.ref(instance), objective, floor))
         del _RECENT[:-_RECENT_SIZE]
     return floor
 
