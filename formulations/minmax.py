@@ -846,40 +846,6 @@ def _next_threshold(first: float, lo: float, top: float, refuted: list[tuple[flo
     ``_PROBES`` of the way from ``first`` (the bound the search started from); once two probes
     kept labels, the next aims at ``GROWTH`` times the last one's labels on the log-linear fit
     of the last two, its slope raised as much as it rose from the two before (``growth``: fewer
-    when the time left would not hold that many), at most halfway to the incumbent. Any threshold is sound: an empty probe proves it, one with a plan
-    gives the optimum."""
-    if not math.isfinite(top):
-        return top
-    fixed = [first + (top - first) * f for f in _PROBES]
-    nxt = next((t for t in fixed if t > lo * (1 + 1e-12)), top)
-    if len(refuted) >= 2:
-        (t1, n1), (t2, n2) = refuted[-2], refuted[-1]
-        if n2 > n1 >= 10 and t2 > t1:
-            rate = math.log(n2 / n1) / (t2 - t1)  # log labels per unit of threshold
-            if len(refuted) >= 3:  # the rate grows towards the optimum: as it grew last
-                t0, n0 = refuted[-3]
-                if n1 > n0 >= 10 and t1 > t0:
-                    rate *= max(1.0, rate / (math.log(n1 / n0) / (t1 - t0)))
-            aim = t2 + math.log(growth) / rate
-            nxt = min(aim, lo + (top - lo) / 2) if aim > lo else nxt
-    if top - nxt <= top * 1e-6:
-        nxt = top
-    return max(nxt, lo)
-
-
-GROWTH = 3.0  # a probe aims at this many times the labels of the last that found nothing
-RACE_LABELS = 1000  # the first probe that keeps this many labels is run from the other end too
-
-
-def _next_threshold(first: float, lo: float, top: float, refuted: list[tuple[float, int]],
-                    growth: float = GROWTH) -> float:
-    """The next probe's threshold between the proven bound ``lo`` and the incumbent ``top``.
-
-    A probe keeps far fewer labels at a small threshold, and the labels grow about
-    exponentially with it near the optimum: the first probes take the fixed fractions
-    ``_PROBES`` of the way from ``first`` (the bound the search started from); once two probes
-    kept labels, the next aims at ``GROWTH`` times the last one's labels on the log-linear fit
-    of the last two, its slope raised as much as it rose from the two before (``growth``: fewer
     when the time left would not hold that many), a step at most twice the last one and at
     most halfway to the incumbent. Any
     threshold is sound: an empty probe proves it, one with a plan gives the optimum."""
@@ -957,7 +923,9 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
     lo = min(lo, top)
     first, refuted = lo, []  # (threshold, labels) of the probes that found nothing
     per_label = 0.0  # seconds per label of the last probe that found nothing
-    meet, raced = True, False  # labels from both ends, until the race says otherwise
+    # forward labels first (from both ends at once, a Pareto front's capped memory step on a tiny
+    # chain kept growing past the 4 GB budget); the race below switches when the other way keeps fewer
+    meet, raced = False, False
     ceiling = math.inf  # a threshold whose probe outgrew its share of the time left
     while True:
         growth, cap = GROWTH, max_labels
