@@ -223,14 +223,20 @@ class _Problem:
     def _can_overflow(w, k, cap) -> bool:
         return float(w.sum()) + float(k.max(initial=0.0)) > cap
 
-    def _bottleneck(self, cost: np.ndarray) -> np.ndarray:
-        """Per node: the smallest largest arc value over the paths to a terminal."""
+    def _bottleneck(self, cost: np.ndarray, before: bool = False) -> np.ndarray:
+        """Per node: the smallest largest arc value over the paths to a terminal, or with
+        ``before`` over the paths from the source."""
         pa = self.pa
         dist = np.full(pa.n, np.inf)
-        dist[pa.term_nodes] = 0.0
-        for r, tails, starts in pa.backward:
-            vals = np.maximum(cost[r], dist[pa.head[r]])
-            dist[tails] = np.minimum(dist[tails], np.minimum.reduceat(vals, starts))
+        if before:
+            dist[pa.source] = 0.0
+            passes, came_from = pa.forward, pa.tail
+        else:
+            dist[pa.term_nodes] = 0.0
+            passes, came_from = pa.backward, pa.head
+        for r, ends, starts in passes:
+            vals = np.maximum(cost[r], dist[came_from[r]])
+            dist[ends] = np.minimum(dist[ends], np.minimum.reduceat(vals, starts))
         return dist
 
     def side(self, backward: bool = False) -> "_Side":
@@ -249,12 +255,12 @@ class _Problem:
         n = self.pa.n
         add = self.prefix_many(np.where(use[:, None], self.add, np.inf)) if self.add.shape[1] else \
             np.zeros((n, 0))
-        mx = np.column_stack([self._bottleneck_before(np.where(use, self.mx[:, j], np.inf))
+        mx = np.column_stack([self._bottleneck(np.where(use, self.mx[:, j], np.inf), before=True)
                               for j in range(self.mx.shape[1])]) if self.mx.shape[1] else np.zeros((n, 0))
         total = self.prefix_many(np.where(use, self.add[:, self.obj_add].sum(axis=1), np.inf)[:, None])[:, 0]
         ksum = None
         if self.objective == "memory":
-            ksum = self._bottleneck_before(np.where(use, self.mx[:, self.obj_add].sum(axis=1), np.inf))
+            ksum = self._bottleneck(np.where(use, self.mx[:, self.obj_add].sum(axis=1), np.inf), before=True)
         lag = self.prefix_many(self.lag_costs(self.lag_w)[0]) if self.lag_w.shape[1] else np.zeros((n, 0))
         return _Side(add, mx, total, ksum, lag)
 
@@ -266,16 +272,6 @@ class _Problem:
         for f, heads, starts in pa.forward:
             vals = dist[pa.tail[f]] + c[f]
             dist[heads] = np.minimum(dist[heads], np.minimum.reduceat(vals, starts, axis=0))
-        return dist
-
-    def _bottleneck_before(self, cost: np.ndarray) -> np.ndarray:
-        """Per node: the smallest largest arc value over the paths from the source."""
-        pa = self.pa
-        dist = np.full(pa.n, np.inf)
-        dist[pa.source] = 0.0
-        for f, heads, starts in pa.forward:
-            vals = np.maximum(cost[f], dist[pa.tail[f]])
-            dist[heads] = np.minimum(dist[heads], np.minimum.reduceat(vals, starts))
         return dist
 
     def floor(self, S: np.ndarray, M: np.ndarray, at: np.ndarray,
