@@ -49,8 +49,19 @@ def test_probes_agree_with_every_path(case, objective):
     values = sorted({round(sg.path_value(arcs, objective), 15) for arcs, _ in _paths(sg)})
     assert values[0] == pytest.approx(opt, rel=1e-9)
     # thresholds just below and at distinct path values, and between them
-    for T in [opt * (1 - 1e-6), opt, *values[1:6], (values[0] + values[-1]) / 2, 0.5 * opt]:
-        found, kept, support = mm._probe(sg, prob, T, 10_000_000, None)
+    check_probes(sg, prob, objective, opt, [opt * (1 - 1e-6), opt, *values[1:6], (values[0] + values[-1]) / 2,
+                                           0.5 * opt])
+    for width in (1, 2, 4):  # a beam is a heuristic: a plan, never better than the optimum
+        found, _, _ = mm._probe(sg, prob, math.inf, 10_000_000, None, beam=width)
+        assert found is not None and found[1] >= opt * (1 - 1e-9)
+        assert sg.path_value(found[0], objective) == pytest.approx(found[1], rel=1e-9)
+
+
+def check_probes(sg, prob, objective, opt, thresholds, **kw):
+    """Each probe finds nothing below the optimum and the optimum at or above it, its plan
+    priced as the graph prices it and within the support (``kw``: ``_probe``'s options)."""
+    for T in thresholds:
+        found, kept, support = mm._probe(sg, prob, T, 10_000_000, None, **kw)
         if T < opt * (1 - 1e-9):
             assert found is None, (T, opt)
         else:
@@ -59,10 +70,6 @@ def test_probes_agree_with_every_path(case, objective):
             assert value == pytest.approx(opt, rel=1e-9)
             assert sg.path_value(arcs, objective) == pytest.approx(value, rel=1e-9)
             assert support[arcs].all()
-    for width in (1, 2, 4):  # a beam is a heuristic: a plan, never better than the optimum
-        found, _, _ = mm._probe(sg, prob, math.inf, 10_000_000, None, beam=width)
-        assert found is not None and found[1] >= opt * (1 - 1e-9)
-        assert sg.path_value(found[0], objective) == pytest.approx(found[1], rel=1e-9)
 
 
 @pytest.mark.parametrize("objective", ["period", "memory"])

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 from test_minmax import CASES, _brute
-from test_minmax_probes import _paths, _setup
+from test_minmax_probes import _paths, _setup, check_probes
 
 from formulations import minmax as mm
 from formulations.caps import undominated
@@ -80,16 +80,8 @@ def test_meeting_probes_agree_with_every_path(case, objective):
     sg, prob, _ = _setup(case, objective)
     opt = _brute(case, objective, CASES[case]).value
     values = sorted({round(sg.path_value(arcs, objective), 15) for arcs, _ in _paths(sg)})
-    for T in [opt * (1 - 1e-6), opt, *values[1:6], (values[0] + values[-1]) / 2, 0.5 * opt, math.inf]:
-        found, kept, support = mm._probe(sg, prob, T, 10_000_000, None, meet=True)
-        if T < opt * (1 - 1e-9):
-            assert found is None, (T, opt)
-        else:
-            assert found is not None, (T, opt)
-            arcs, value = found
-            assert value == pytest.approx(opt, rel=1e-9)
-            assert sg.path_value(arcs, objective) == pytest.approx(value, rel=1e-9)
-            assert support[arcs].all()
+    check_probes(sg, prob, objective, opt,
+                 [opt * (1 - 1e-6), opt, *values[1:6], (values[0] + values[-1]) / 2, 0.5 * opt, math.inf], meet=True)
 
 
 @pytest.mark.parametrize("objective", ["period", "memory"])
