@@ -47,6 +47,7 @@ FIRST_CAP = 4000  # arcs a round may enumerate after a round of fewer than FIRST
 AIM_GROWTH = 4  # the next round aims at this many times the last round's arcs
 TINY_STEP = 1e-4  # relative: a round this close to the last that overflows is retried larger
 THRESHOLD_TIME = 0.15  # period: the threshold probes' most share of the time left
+FLOOR_TIME = 0.1  # the floors' LP (milp_planner.cost.flow), when not remembered: its most share of the time left
 
 
 @dataclass(frozen=True)
@@ -346,9 +347,9 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
 
 def _floor(instance: Instance, obj: str, deadline: float | None) -> float:
     """``milp_planner.cost.floors.lower_floor`` (usually remembered from the anytime start),
-    its LP within a tenth of the time left."""
+    its LP within ``FLOOR_TIME`` of the time left."""
     left = None if deadline is None else max(0.0, deadline - time.perf_counter())
-    return lower_floor(instance, obj, deadline=None if left is None else time.perf_counter() + 0.1 * left).value
+    return lower_floor(instance, obj, deadline=None if left is None else time.perf_counter() + FLOOR_TIME * left).value
 
 
 class CoarseOnly(SearchStopped):
