@@ -78,6 +78,8 @@ ABS_STEP = 2e-6  # seconds or joules: above the MILP's 1e-6 feasibility toleranc
 # pass a cap by 1e-6 of its memory (180 bytes at 180 MB, seen on ResNet-101)
 MEMORY_REL_STEP = 1e-5
 RETRIES = 2  # ε-steps retried with a tighter cap when the solver's plan breaks the cap by its tolerance
+FLOOR_SHARE = 0.2  # of the time left: the one solve that proves f2's least value (``_Run.least``)
+FLOOR_LIMIT_S = 60.0  # its seconds when the front has no time limit
 
 Solve = Callable[[Instance, str, "float | None"], Any]
 
@@ -324,21 +326,26 @@ class _Run:
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.perf_counter() >= self.deadline
 
-    def solve(self, caps: dict[str, float], objective: str, within: str | None = None):
-        """One step; ``within``: the additive objective the lexicographic step keeps at its optimum."""
+    def solve(self, caps: dict[str, float], objective: str, within: str | None = None,
+              time_limit: float | None = None):
+        """One step; ``within``: the additive objective the lexicographic step keeps at its optimum;
+        ``time_limit``: at most this long (default: the time left)."""
         self.solves += 1
         inst = capped_instance(self.instance, caps)
         started = time.perf_counter()
+        left = self.remaining()
+        if time_limit is not None:
+            left = time_limit if left is None else min(left, time_limit)
         res = None
         if within in CAP_FIELD and self.graph_lex:
-            res = lexicographic_solve(inst, objective, within, self.remaining(), **self.lex_options)
+            res = lexicographic_solve(inst, objective, within, left, **self.lex_options)
             if res is None and self.out_of_time():  # no time left for the planner either
                 from milp_planner.planners.base import PlanResult
 
                 res = PlanResult("milp", "timeout", objective, message="the time limit ran out")
         if res is None:
             try:
-                res = self.solve_fn(inst, objective, self.remaining())
+                res = self.solve_fn(inst, objective, left)
             except PlannerError as err:  # e.g. a step's space too large: the front keeps its points
                 from milp_planner.planners.base import PlanResult
 
@@ -356,6 +363,20 @@ class _Run:
         self.steps.append(BoundStep(caps, minimised, bound, status, time_s=self.last_time_s,
                                     rss_bytes=self.last_rss, message=message))
 
+    def least(self, objective: str, caps: dict[str, float]) -> float:
+        """A proven lower bound of ``objective`` over the plans within ``caps`` (0 when the solve
+        proves nothing), from one solve of at most ``FLOOR_SHARE`` of the time left
+        (``FLOOR_LIMIT_S`` without a time limit). Recorded as a step minimising ``objective``."""
+        left = self.remaining()
+        res, infeasible, ok = self.solve(caps, objective,
+                                         time_limit=FLOOR_LIMIT_S if left is None else FLOOR_SHARE * left)
+        if infeasible:
+            self.record(caps, objective, math.inf, "infeasible")
+            return math.inf
+        bound = res.bound  # proven (an optimal value may still be above the bound by the gap's 1e-6)
+        self.record(caps, objective, bound, res.status if ok else "error", "" if res.status == "optimal" else res.message)
+        return 0.0 if bound is None else float(bound)
+
     def front2(self, f1: str, f2: str, tail: list[str], extra: dict[str, float],
                points: list[ParetoPoint]) -> bool:
         """The two-objective loop over (f1, f2) under the ``extra`` caps; lexicographic steps on
@@ -365,8 +386,14 @@ class _Run:
         Lazy (``self.lazy`` and no ``tail``): no lexicographic step; the next ε-step (f2 strictly
         below the point's) tells whether the point is weakly dominated (its optimum has the same
         f1, up to the caps' relative 1e-9: the point is dropped) or not (its proven bound is above
-        the point's f1: confirmed). A point not yet confirmed when the run stops is ``feasible``."""
+        the point's f1: confirmed). A point not yet confirmed when the run stops is ``feasible``.
+
+        The last ε-step of a complete front asks for f2 below its least value, and proving that no
+        plan exists there can take the exact planner as long as all the other steps (it enumerates
+        the plans by f1). So after the first point the loop proves a lower bound of f2 once
+        (``least``); an ε-step whose cap is below it is infeasible without a solve."""
         eps: float | None = None
+        f2_floor: float | None = None  # proven: no plan within ``extra`` has f2 below it
         lazy = self.lazy and not tail
         waiting: ParetoPoint | None = None  # lazy: the last point, not yet shown non-dominated
         waiting_status = ""
@@ -389,6 +416,17 @@ class _Run:
             caps = dict(extra)
             if eps is not None:
                 caps[f2] = eps
+                if f2_floor is None:
+                    f2_floor = self.least(f2, dict(extra))
+                    if self.out_of_time():
+                        continue
+            if eps is not None and eps < f2_floor:
+                self.last_time_s = 0.0  # no solve (the memory after it is the last step's)
+                self.record(caps, f1, math.inf, "infeasible", f"no plan has {f2} below {f2_floor:.9g} (proven)")
+                settle(broke_bound)
+                if retries and math.isfinite(broke_bound):
+                    self.uncovered.append({f2: (caps[f2], broke_cap), f1: (broke_bound, math.inf)})
+                return True
             res, infeasible, ok = self.solve(caps, f1)
             if infeasible:
                 self.record(caps, f1, math.inf, "infeasible")
@@ -418,7 +456,8 @@ class _Run:
                 settle(None if bound is None else min(bound, broke_bound))
                 where = ", ".join(f"{o} <= {c:.6g}" for o, c in caps.items()) or "no cap"
                 why = res.message or f"it ended {res.status} without a plan"
-                self.stopped = self.stopped or f"the ε-step {len(self.steps)} ({where}) found no plan: {why}"
+                number = sum(step.minimised == f1 for step in self.steps)  # (not the f2 floor's step)
+                self.stopped = self.stopped or f"the ε-step {number} ({where}) found no plan: {why}"
                 return False
             if retries and ok and broke_bound < res.value * (1 - 1e-9):
                 # a plan with f2 between this cap and the broken step's and f1 in [broke_bound,

@@ -8,6 +8,7 @@ import pytest
 from test_exact import CASES
 
 from formulations.pareto import capped_instance, hypervolume, next_cap, pareto_front
+from milp_planner.planners import get_planner
 from milp_planner.cli import main
 from milp_planner.cost.evaluator import evaluate, evaluate_stages
 from milp_planner.errors import PlannerError
@@ -205,3 +206,27 @@ def test_lower_bound_set_of_hand_made_steps():
     assert got == {(2.0, 0.0, 3.0), (1.0, 5.0, 0.0)}
     got2 = {tuple(p[o] for o in "ab") for p in lower_bound_set(steps[:2], ["a", "b"])}
     assert got2 == {(2.0, 0.0), (1.0, 5.0)}
+
+
+@pytest.mark.parametrize("objs", [["latency", "energy"], ["energy", "memory"]])
+def test_the_last_step_is_proven_by_the_floor_of_f2_without_a_solve(objs):
+    """After the first point the loop proves f2's least value once; the ε-step below it is
+    infeasible without a solve of f1 (the front stays equal to brute force). Overstating the
+    floor would drop the last points of the front and fail the comparison."""
+    case = "residual-external"
+    real = get_planner("milp", anytime=False)
+    calls = []
+
+    def solve(capped, objective, time_limit):
+        calls.append(objective)
+        return real.solve(capped, objective=objective, time_limit=time_limit)
+
+    front = pareto_front(CASES[case](), objs, solve=solve, lexicographic="lazy")
+    assert front.certified
+    same_vectors(front.vectors(), brute_front(case, objs))
+    floors = [s for s in front.steps if s.minimised == objs[1]]
+    assert len(floors) == 1 and calls.count(objs[1]) == 1
+    last = front.steps[-1]
+    assert last.status == "infeasible" and last.minimised == objs[0] and last.time_s == 0.0
+    assert last.caps[objs[1]] < floors[0].bound
+    assert calls.count(objs[0]) == len([s for s in front.steps if s.minimised == objs[0]]) - 1
