@@ -1,0 +1,267 @@
+"""Good plans for the memory objective, fast: exact min-max searches over small stage graphs.
+
+The memory of a plan is the largest, over the devices, of the weights of every layer a device
+computes any part of plus its largest working set (docs/model.md section 4). Two things make
+the general search (``formulations.rounds`` + ``formulations.minmax``) slow on it: the rounds
+enumerate with the mean weights per device as their floor, which prunes almost nothing, and
+the optimum is massively degenerate (only a few large layers and the largest working sets
+decide it), so the label search keeps a dense front of weight sums.
+
+Memory does not depend on the devices' speeds, power or links, so plans that balance the
+weights and keep the working sets small do not need the many device orders and cut vectors of
+the space. This module searches restricted plan spaces, each a **stage graph of its own**
+(``restricted_graph``: every stage one layer, a few layouts per layer, priced by the
+evaluator's ``price_stage``), with the exact min-max label search of ``formulations.minmax``:
+
+- ``uniform``: each layer whole on any one device, or split along each allowed axis over the
+  most parts the space allows, at the most balanced cut vector of the space, devices in
+  index order;
+- ``rotations``: the same, plus every rotation of the device order and every cyclic window of
+  2 .. ``max_parts`` - 1 consecutive devices (so a layer's parts can go to the devices that hold
+  the least).
+
+Every layout comes from the instance's own split families (``formulations.options``), so every
+plan found is a plan of the space; the caller still scores it with the evaluator
+(``memory_plans`` keeps only plans the evaluator finds in the space and within the caps).
+The searches prove nothing about the whole space: they only give plans (the bound is the
+``weights`` floor of ``milp_planner.cost.floors`` and what the rounds prove).
+
+>>> from formulations.memory_search import memory_plans   # doctest: +SKIP
+>>> found = memory_plans(instance, deadline=time.perf_counter() + 2)   # doctest: +SKIP
+>>> found.plan, found.value, found.source   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import numpy as np
+
+from formulations.caps import undominated
+from formulations.options import StageOption, _layouts
+from formulations.stagegraph import Arc, StageGraph, Terminal, _state_key
+from milp_planner.cost.evaluator import evaluate, initial_owners, price_gather, price_stage, pricer
+from milp_planner.instance import Instance
+from milp_planner.space.plan import Plan
+
+#: the restricted spaces tried, in order (each larger than the one before)
+FAMILIES = ("uniform", "rotations")
+MAX_ARCS = 200_000  # a restricted graph larger than this is not built
+BEAMS = (1, 4)  # labels kept per node by the beam searches (wider ones cost more than they find)
+
+
+@dataclass
+class MemoryPlan:
+    """The best plan the restricted searches found (``plan`` None: none within the caps),
+    its evaluator's memory (``value``, bytes), the family that gave it and what each tried."""
+
+    plan: Plan | None = None
+    value: float = math.inf
+    source: str = ""
+    tried: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class GraphTooLarge(RuntimeError):
+    """A restricted graph would exceed ``MAX_ARCS`` arcs."""
+
+
+def _balanced(ranges_list: list[tuple]) -> tuple:
+    """The layout of least largest part (ties: the first)."""
+    return min(ranges_list, key=lambda r: (max(b - a for a, b in r), r))
+
+
+def family_options(instance: Instance, family: str) -> Callable[[int], list[StageOption]]:
+    """The stage options of ``family`` for the one-layer stage of layer l (a function of l).
+
+    Every option is a layout the instance's space lists (``formulations.options._layouts``)."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown memory search family {family!r}")
+    n_dev = len(instance.devices)
+    devs = list(range(n_dev))
+
+    def options(lid: int) -> list[StageOption]:
+        by_axis: dict[tuple[str, int], list[tuple]] = {}
+        for axis, ranges in _layouts(instance, lid, lid):
+            if axis != "none":
+                by_axis.setdefault((axis, len(ranges)), []).append(ranges)
+        out = [StageOption(lid, lid, "none", (None,), (d,)) for d in devs]
+        kmax = max((k for _, k in by_axis), default=1)
+        for (axis, k), layouts in sorted(by_axis.items()):
+            ranges = _balanced(layouts)
+            if k == kmax:
+                shifts = range(n_dev) if family == "rotations" else (0,)
+                orders = {tuple(devs[(s + i) % n_dev] for i in range(k)) for s in shifts}
+            elif family == "rotations":
+                orders = {tuple(devs[(s + i) % n_dev] for i in range(k)) for s in range(n_dev)}
+            else:
+                continue
+            out.extend(StageOption(lid, lid, axis, ranges, order) for order in sorted(orders))
+        return out
+
+    return options
+
+
+def restricted_graph(instance: Instance, options_of: Callable[[int], Iterable[StageOption]],
+                     deadline: float | None = None, max_arcs: int = MAX_ARCS) -> StageGraph:
+    """The stage graph of the plans whose stages are each one layer and one of ``options_of(l)``.
+
+    Nodes are (boundary, ownership state) as in ``formulations.stagegraph``; every arc is priced
+    by the evaluator's ``price_stage`` from its tail's state, every terminal by ``price_gather``,
+    so a path's memory is the evaluator's memory of its plan. Raises ``TimeoutError`` past
+    ``deadline`` and ``GraphTooLarge`` beyond ``max_arcs`` arcs."""
+    pr = pricer(instance)
+    g = instance.graph
+    n = len(g.layers)
+    init = _state_key(initial_owners(pr))
+    node_id: dict[tuple, int] = {(0, init): 0}
+    nodes: list[tuple[int, tuple]] = [(0, init)]
+    arcs: list[Arc] = []
+    frontier = [0]
+    for b in range(n):
+        opts = list(options_of(b))
+        geos = [pr.geometry.parts(o.first, o.last, o.axis, list(o.ranges)) for o in opts]
+        nxt: list[int] = []
+        for nid in frontier:
+            if deadline is not None and time.perf_counter() > deadline:
+                raise TimeoutError("the time limit ran out while building a restricted memory graph")
+            owners = dict(nodes[nid][1])
+            for opt, geo in zip(opts, geos):
+                sp = price_stage(pr, owners, opt.last, opt.devices, geo)
+                key = (b + 1, _state_key(sp.owners))
+                head = node_id.get(key)
+                if head is None:
+                    head = node_id[key] = len(nodes)
+                    nodes.append(key)
+                    nxt.append(head)
+                arcs.append(Arc(nid, head, opt, sp.tau, sp.energy, tuple(sp.load), sp.transfer_s,
+                                tuple(sp.weights), tuple(sp.working)))
+                if len(arcs) > max_arcs:
+                    raise GraphTooLarge(f"more than {max_arcs:,} arcs")
+        frontier = nxt
+    terminals = {}
+    for nid in frontier:
+        gp = price_gather(pr, dict(nodes[nid][1]))
+        terminals[nid] = Terminal(gp.seconds, gp.energy, tuple(gp.load))
+    sg = StageGraph(instance, nodes, arcs, 0, terminals)
+    sg.objective = "memory"
+    sg.out_arcs = [[] for _ in nodes]
+    sg.in_arcs = [[] for _ in nodes]
+    for i, a in enumerate(arcs):
+        sg.out_arcs[a.tail].append(i)
+        sg.in_arcs[a.head].append(i)
+    return sg
+
+
+def beam_search(sg: StageGraph, width: int, deadline: float | None = None) -> tuple[list[int], float] | None:
+    """A memory plan of ``sg`` (its arcs and value), or None: labels (each device's weights
+    and largest working set so far) extended boundary by boundary, keeping at each node the
+    ``width`` undominated labels of least memory so far (ties: least summed memory). A
+    heuristic: it proves nothing."""
+    n_dev = len(sg.instance.devices)
+    W = np.array([a.weights for a in sg.arcs], dtype=float).reshape(len(sg.arcs), n_dev)
+    K = np.array([a.working for a in sg.arcs], dtype=float).reshape(len(sg.arcs), n_dev)
+    caps = np.array([d.memory_bytes if (sg.instance.constraints.memory and d.memory_bytes is not None)
+                     else math.inf for d in sg.instance.devices], dtype=float)
+    parent: list[int] = []  # per label: the label it extends (-1: the source's) and the arc
+    via: list[int] = []
+    # per node: (W, K, label ids)
+    labels = {sg.source: (np.zeros((1, n_dev)), np.zeros((1, n_dev)), np.array([-1]))}
+    by_bnd: dict[int, list[int]] = {}
+    for nid, (b, _) in enumerate(sg.nodes):
+        by_bnd.setdefault(b, []).append(nid)
+    arriving: dict[int, list] = {}
+    best = None
+    for b in sorted(by_bnd):
+        for nid in by_bnd[b]:
+            if deadline is not None and time.perf_counter() > deadline:
+                raise TimeoutError("the time limit ran out in the memory beam search")
+            got = labels.pop(nid, None)
+            if got is None:
+                parts = arriving.pop(nid, None)
+                if not parts:
+                    continue
+                Wl = np.vstack([p[0] for p in parts])
+                Kl = np.vstack([p[1] for p in parts])
+                src = np.concatenate([p[2] for p in parts])
+                arc = np.concatenate([p[3] for p in parts])
+                mem = (Wl + Kl).max(axis=1)
+                keep = undominated(mem, np.hstack([Wl, Kl]))
+                keep = keep[np.lexsort(((Wl + Kl)[keep].sum(axis=1), mem[keep]))][:width]
+                ids = np.arange(len(parent), len(parent) + len(keep))
+                parent.extend(src[keep].tolist())
+                via.extend(arc[keep].tolist())
+                got = (Wl[keep], Kl[keep], ids)
+            Wl, Kl, ids = got
+            if nid in sg.terminals:
+                mem = (Wl + Kl).max(axis=1)
+                i = int(np.argmin(mem))
+                if best is None or mem[i] < best[0]:
+                    best = (float(mem[i]), int(ids[i]))
+            for a in sg.out_arcs[nid]:
+                W2, K2 = Wl + W[a], np.maximum(Kl, K[a])
+                ok = ((W2 + K2) <= caps).all(axis=1)
+                if ok.any():
+                    arriving.setdefault(sg.arcs[a].head, []).append(
+                        (W2[ok], K2[ok], ids[ok], np.full(int(ok.sum()), a)))
+    if best is None:
+        return None
+    path, g = [], best[1]
+    while g >= 0:
+        path.append(via[g])
+        g = parent[g]
+    return path[::-1], best[0]
+
+
+def memory_plans(instance: Instance, deadline: float | None = None, upper: float = math.inf,
+                 families: Iterable[str] = FAMILIES, widths: Iterable[int] = BEAMS) -> MemoryPlan:
+    """The best plan for the memory objective that beam searches (``beam_search``, each width
+    of ``widths``) over the restricted graphs of ``families`` find within ``deadline`` (see the
+    module). A heuristic: it proves nothing.
+
+    ``upper``: the memory of a plan already known; only better plans are returned. A plan is
+    kept only when the evaluator finds it in the space, within the caps and below ``upper``,
+    with the memory the graph gave it (a disagreement is a pricing bug and raises)."""
+    started = time.perf_counter()
+    best = MemoryPlan()
+    for family in families:
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
+        t0 = time.perf_counter()
+        row: dict = {"family": family}
+        best.tried.append(row)
+        try:
+            sg = restricted_graph(instance, family_options(instance, family), deadline)
+        except (TimeoutError, GraphTooLarge) as err:
+            row.update(outcome=f"not built: {err}", seconds=round(time.perf_counter() - t0, 3))
+            break
+        row["arcs"] = len(sg.arcs)
+        found = None
+        for width in widths:
+            try:
+                got = beam_search(sg, width, deadline)
+            except TimeoutError:
+                break
+            if got is not None and (found is None or got[1] < found[1]):
+                found = got
+        row["seconds"] = round(time.perf_counter() - t0, 3)
+        if found is None:
+            row["outcome"] = "no plan within the caps"
+            continue
+        plan = sg.plan_from_arcs(found[0])
+        m = evaluate(plan, instance)
+        value = m.value("memory")
+        if abs(value - found[1]) > 1e-9 * max(1.0, value):
+            raise RuntimeError(f"memory search: the graph's value {found[1]!r} disagrees with the evaluator's "
+                               f"{value!r} (a pricing bug; please report it)")
+        row["value"] = value
+        if m.in_space and m.feasible and value < min(upper, best.value) * (1 - 1e-12):
+            best.plan, best.value, best.source = plan, value, family
+            row["outcome"] = "better"
+        else:
+            row["outcome"] = "nothing better"
+    best.seconds = time.perf_counter() - started
+    return best
