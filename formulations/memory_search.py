@@ -40,7 +40,6 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from formulations.caps import undominated
 from formulations.options import StageOption, _layouts
 from formulations.stagegraph import Arc, StageGraph, Terminal, _state_key
 from milp_planner.cost.evaluator import evaluate, initial_owners, price_gather, price_stage, pricer
@@ -50,7 +49,7 @@ from milp_planner.space.plan import Plan
 #: the restricted spaces tried, in order (each larger than the one before)
 FAMILIES = ("uniform", "rotations")
 MAX_ARCS = 200_000  # a restricted graph larger than this is not built
-BEAMS = (1, 4)  # labels kept per node by the beam searches (wider ones cost more than they find)
+BEAMS = (1, 4, 16, 64)  # labels kept per node by the beam searches (a wider beam is not always better)
 
 
 @dataclass
@@ -157,62 +156,81 @@ def restricted_graph(instance: Instance, options_of: Callable[[int], Iterable[St
 
 
 def beam_search(sg: StageGraph, width: int, deadline: float | None = None) -> tuple[list[int], float] | None:
-    """A memory plan of ``sg`` (its arcs and value), or None: labels (each device's weights
-    and largest working set so far) extended boundary by boundary, keeping at each node the
-    ``width`` undominated labels of least memory so far (ties: least summed memory). A
-    heuristic: it proves nothing."""
-    n_dev = len(sg.instance.devices)
-    W = np.array([a.weights for a in sg.arcs], dtype=float).reshape(len(sg.arcs), n_dev)
-    K = np.array([a.working for a in sg.arcs], dtype=float).reshape(len(sg.arcs), n_dev)
-    caps = np.array([d.memory_bytes if (sg.instance.constraints.memory and d.memory_bytes is not None)
-                     else math.inf for d in sg.instance.devices], dtype=float)
-    parent: list[int] = []  # per label: the label it extends (-1: the source's) and the arc
-    via: list[int] = []
-    # per node: (W, K, label ids)
-    labels = {sg.source: (np.zeros((1, n_dev)), np.zeros((1, n_dev)), np.array([-1]))}
-    by_bnd: dict[int, list[int]] = {}
-    for nid, (b, _) in enumerate(sg.nodes):
-        by_bnd.setdefault(b, []).append(nid)
-    arriving: dict[int, list] = {}
-    best = None
-    for b in sorted(by_bnd):
-        for nid in by_bnd[b]:
-            if deadline is not None and time.perf_counter() > deadline:
-                raise TimeoutError("the time limit ran out in the memory beam search")
-            got = labels.pop(nid, None)
-            if got is None:
-                parts = arriving.pop(nid, None)
-                if not parts:
-                    continue
-                Wl = np.vstack([p[0] for p in parts])
-                Kl = np.vstack([p[1] for p in parts])
-                src = np.concatenate([p[2] for p in parts])
-                arc = np.concatenate([p[3] for p in parts])
-                mem = (Wl + Kl).max(axis=1)
-                keep = undominated(mem, np.hstack([Wl, Kl]))
-                keep = keep[np.lexsort(((Wl + Kl)[keep].sum(axis=1), mem[keep]))][:width]
-                ids = np.arange(len(parent), len(parent) + len(keep))
-                parent.extend(src[keep].tolist())
-                via.extend(arc[keep].tolist())
-                got = (Wl[keep], Kl[keep], ids)
-            Wl, Kl, ids = got
-            if nid in sg.terminals:
-                mem = (Wl + Kl).max(axis=1)
-                i = int(np.argmin(mem))
-                if best is None or mem[i] < best[0]:
-                    best = (float(mem[i]), int(ids[i]))
-            for a in sg.out_arcs[nid]:
-                W2, K2 = Wl + W[a], np.maximum(Kl, K[a])
-                ok = ((W2 + K2) <= caps).all(axis=1)
-                if ok.any():
-                    arriving.setdefault(sg.arcs[a].head, []).append(
-                        (W2[ok], K2[ok], ids[ok], np.full(int(ok.sum()), a)))
-    if best is None:
+    """A memory plan of ``sg`` (its arcs and value), or None when no path meets the caps:
+    labels (each device's weights and largest working set so far) extended boundary by
+    boundary, keeping at each node the ``width`` distinct labels of least memory so far (ties:
+    least summed memory), labels over a memory cap dropped. A heuristic: it proves nothing.
+    Vectorised per boundary (numpy)."""
+    inst = sg.instance
+    n_dev = len(inst.devices)
+    n_arcs = len(sg.arcs)
+    W = np.array([a.weights for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
+    K = np.array([a.working for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
+    caps = np.array([d.memory_bytes if (inst.constraints.memory and d.memory_bytes is not None) else math.inf
+                     for d in inst.devices], dtype=float)
+    tail = np.fromiter((a.tail for a in sg.arcs), dtype=np.int64, count=n_arcs)
+    head = np.fromiter((a.head for a in sg.arcs), dtype=np.int64, count=n_arcs)
+    bnd = np.fromiter((b for b, _ in sg.nodes), dtype=np.int64, count=sg.n_nodes)
+    by_tail = np.argsort(tail, kind="stable")  # out arcs of node v: by_tail[start[v]:start[v + 1]]
+    start = np.searchsorted(tail[by_tail], np.arange(sg.n_nodes + 1))
+    is_term = np.zeros(sg.n_nodes, dtype=bool)
+    is_term[list(sg.terminals)] = True
+    parent: list[np.ndarray] = []  # per label: the label it extends and its arc (-1: the source's label)
+    via: list[np.ndarray] = []
+    n_labels = 0
+    # candidates waiting per boundary: (node, W, K, parent label, arc)
+    pool: dict[int, list] = {int(bnd[sg.source]): [(np.array([sg.source]), np.zeros((1, n_dev)),
+                                                     np.zeros((1, n_dev)), np.full(1, -1), np.full(1, -1))]}
+    best = (math.inf, -1)
+    while pool:
+        b = min(pool)
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeoutError("the time limit ran out in the memory beam search")
+        node, Wl, Kl, src, arc = (np.concatenate(x) for x in zip(*pool.pop(b)))
+        mem = (Wl + Kl).max(axis=1)
+        total = (Wl + Kl).sum(axis=1)
+        order = np.lexsort((total, mem, node))
+        node, Wl, Kl, src, arc, mem = node[order], Wl[order], Kl[order], src[order], arc[order], mem[order]
+        # drop a label equal to the one before it at its node, then keep the first ``width`` per node
+        same = np.zeros(len(node), dtype=bool)
+        same[1:] = (node[1:] == node[:-1]) & (Wl[1:] == Wl[:-1]).all(axis=1) & (Kl[1:] == Kl[:-1]).all(axis=1)
+        keep = ~same
+        node, Wl, Kl, src, arc, mem = node[keep], Wl[keep], Kl[keep], src[keep], arc[keep], mem[keep]
+        first = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
+        rank = np.arange(len(node)) - np.repeat(first, np.diff(np.r_[first, len(node)]))
+        keep = rank < width
+        node, Wl, Kl, src, arc, mem = node[keep], Wl[keep], Kl[keep], src[keep], arc[keep], mem[keep]
+        ids = np.arange(n_labels, n_labels + len(node))
+        parent.append(src)
+        via.append(arc)
+        n_labels += len(node)
+        term = is_term[node]
+        if term.any():
+            i = int(np.argmin(np.where(term, mem, np.inf)))
+            if mem[i] < best[0]:
+                best = (float(mem[i]), int(ids[i]))
+        deg = start[node + 1] - start[node]
+        if not deg.sum():
+            continue
+        rep = np.repeat(np.arange(len(node)), deg)
+        offs = np.arange(len(rep)) - np.repeat(np.cumsum(deg) - deg, deg)
+        A = by_tail[start[node][rep] + offs]
+        W2 = Wl[rep] + W[A]
+        K2 = np.maximum(Kl[rep], K[A])
+        ok = ((W2 + K2) <= caps).all(axis=1)
+        A, W2, K2, lab = A[ok], W2[ok], K2[ok], ids[rep[ok]]
+        hb = bnd[head[A]]
+        for t in np.unique(hb).tolist():
+            m = hb == t
+            pool.setdefault(t, []).append((head[A[m]], W2[m], K2[m], lab[m], A[m]))
+    if best[1] < 0:
         return None
+    parent_a, via_a = np.concatenate(parent), np.concatenate(via)
     path, g = [], best[1]
     while g >= 0:
-        path.append(via[g])
-        g = parent[g]
+        if via_a[g] >= 0:
+            path.append(int(via_a[g]))
+        g = int(parent_a[g])
     return path[::-1], best[0]
 
 

@@ -10,6 +10,7 @@ import pytest
 from builders import chain_graph, device, fc_graph, make_instance, residual_graph
 
 from formulations.caps import PathArrays
+from formulations.minmax import minmax_search
 from formulations.memory_search import FAMILIES, beam_search, family_options, memory_plans, restricted_graph
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.cost.floors import _memory_floor, live_bytes, lower_floor
@@ -143,6 +144,19 @@ def test_memory_plans_are_evaluated_and_no_better_than_the_optimum(case):
     assert memory_plans(inst, upper=best).plan is None
 
 
+@pytest.mark.parametrize("case", ["chain3", "residual", "tiny-fc-2dev"])
+def test_an_unbounded_beam_is_the_exact_search_of_the_restricted_graph(case):
+    """With room for every label, the beam keeps every distinct label: its plan is the exact
+    min-max optimum of the restricted graph (``minmax_search``), and a width of 1 is no better."""
+    inst = CASES[case]()
+    sg = restricted_graph(inst, family_options(inst, "rotations"))
+    exact = minmax_search(sg, "memory")
+    assert exact.optimal
+    arcs, value = beam_search(sg, 10**9)
+    assert value == exact.value == sg.path_value(arcs, "memory")
+    assert beam_search(sg, 1)[1] >= value
+
+
 def test_beam_search_keeps_the_caps():
     """With every device capped just below the best restricted plan's largest memory, the beam
     never returns a plan over a cap (it may find none)."""
@@ -159,6 +173,7 @@ def test_beam_search_keeps_the_caps():
                 assert m.feasible and max(m.memory_bytes.values()) <= cap
 
 
+@pytest.mark.slow
 def test_exact_planners_still_agree_with_brute_force_on_memory():
     """The memory start only replaces the incumbent: dp, milp and cpsat still certify the
     brute-force optimum."""
