@@ -1,4 +1,4 @@
-"""Good plans for the memory objective, fast: exact min-max searches over small stage graphs.
+"""Good plans for the memory objective, fast: beam searches over small restricted stage graphs.
 
 The memory of a plan is the largest, over the devices, of the weights of every layer a device
 computes any part of plus its largest working set (docs/model.md section 4). Two things make
@@ -10,21 +10,24 @@ decide it), so the label search keeps a dense front of weight sums.
 Memory does not depend on the devices' speeds, power or links, so plans that balance the
 weights and keep the working sets small do not need the many device orders and cut vectors of
 the space. This module searches restricted plan spaces, each a **stage graph of its own**
-(``restricted_graph``: every stage one layer, a few layouts per layer, priced by the
-evaluator's ``price_stage``), with the exact min-max label search of ``formulations.minmax``:
+(``restricted_graph``: every stage one layer, a few layouts per layer, every arc priced by the
+evaluator's ``price_stage`` from its tail's ownership state), with **beam searches**
+(``beam_search``: per node the few labels of least memory so far; a label holds each device's
+weights and largest working set):
 
 - ``uniform``: each layer whole on any one device, or split along each allowed axis over the
   most parts the space allows, at the most balanced cut vector of the space, devices in
   index order;
-- ``rotations``: the same, plus every rotation of the device order and every cyclic window of
-  2 .. ``max_parts`` - 1 consecutive devices (so a layer's parts can go to the devices that hold
-  the least).
+- ``rotations``: the same with every rotation of the device order, and every cyclic window of
+  2 .. ``max_parts`` - 1 consecutive devices at the most balanced cut vector of that many parts
+  (so a layer's parts can go to the devices that hold the least).
 
 Every layout comes from the instance's own split families (``formulations.options``), so every
-plan found is a plan of the space; the caller still scores it with the evaluator
-(``memory_plans`` keeps only plans the evaluator finds in the space and within the caps).
-The searches prove nothing about the whole space: they only give plans (the bound is the
-``weights`` floor of ``milp_planner.cost.floors`` and what the rounds prove).
+plan found is a plan of the space; ``memory_plans`` still scores it with the evaluator and keeps
+it only when it is in the space, within the caps, and the evaluator's memory equals the graph's.
+The searches prove nothing about the whole space: they give the exact planners a better
+incumbent (``planners.exact``, ``ExactPlanner.memory_start``); the bound stays the ``weights``
+floor (``milp_planner.cost.floors``) or what the rounds prove.
 
 >>> from formulations.memory_search import memory_plans   # doctest: +SKIP
 >>> found = memory_plans(instance, deadline=time.perf_counter() + 2)   # doctest: +SKIP

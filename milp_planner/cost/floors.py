@@ -42,10 +42,16 @@ Why the bounds hold (docs/model.md section 4):
   from the source, each tensor a device reads but did not compute, the gather); reported as
   ``flow`` when it beats the floors above.
 - *Memory* (the largest device): the devices together store every weight of every computed layer
-  (a channel part its share, rounded half up, so at least ``params - max_parts / 2`` elements)
-  and, in the stage that computes it, every needed row of each layer's output: the largest
-  device holds at least that sum / number of devices. A layer no plan splits along channels has
-  all its weights on one device, and a device source holds the model input.
+  (a channel part its share, rounded half up, so at least ``params - max_parts / 2`` elements),
+  and during the stage that computes a layer l their working sets together hold at least its
+  **live bytes** (``live_bytes``): the needed rows of l's output, of every earlier layer's output
+  that a layer from l on still reads or that is a graph output (computed in that stage, or owned
+  whole by the devices since an earlier one), and a device source's input until its last
+  reader. A device's memory is its weights plus its largest working set, which is at least its
+  working set in that stage, so the largest device holds at least (weights + the largest live
+  bytes) / number of devices. A layer no plan splits along channels has all its weights on
+  each device that computes part of it (one device, with its whole needed output, when no plan
+  splits it at all), and a device source holds the model input.
 """
 
 from __future__ import annotations
