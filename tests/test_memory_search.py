@@ -45,6 +45,12 @@ def _fc():
     return make_instance(fc_graph(), DEVS[:2])
 
 
+def _fc_rows_only():
+    """The FC layer cannot be split (rows only): one device holds its weights, its output and
+    its whole input."""
+    return make_instance(fc_graph(), DEVS[:2], sink=1, search=SearchSpace(1, 2, ("equal",), ("rows",)))
+
+
 def _tiny2():
     inst = load_instance(EXAMPLES / "tiny-2dev.yaml")
     return replace(inst, search=replace(inst.search, splits=("equal",)))
@@ -55,7 +61,7 @@ def _tiny_fc():
 
 
 CASES = {"chain3": _chain3, "chain-3dev": _chain_3dev, "residual": _residual,
-         "residual-external": _residual_external, "fc": _fc, "tiny-2dev": _tiny2, "tiny-fc-2dev": _tiny_fc}
+         "residual-external": _residual_external, "fc": _fc, "fc-rows-only": _fc_rows_only, "tiny-2dev": _tiny2, "tiny-fc-2dev": _tiny_fc}
 _BRUTE = {}
 
 
@@ -97,6 +103,14 @@ def test_the_liveness_term_raises_the_floor_and_an_overstated_one_fails(monkeypa
     overstated = [c for c, make in CASES.items()
                   if not _floor_holds(with_live[c] + max(live_bytes(make())), _optimum(c).value)]
     assert overstated
+
+
+def test_a_layer_no_plan_splits_is_held_whole_with_its_input_and_output():
+    """fc (170 params, 16 inputs, 10 outputs, 1 byte each) with rows only: the floor is the
+    optimum, and one byte more would not be a floor."""
+    inst = _fc_rows_only()
+    assert _memory_floor(inst) == 170 + 16 + 10 == _optimum("fc-rows-only").value
+    assert not _floor_holds(_memory_floor(inst) + 1, _optimum("fc-rows-only").value)
 
 
 def test_live_bytes_of_a_chain_and_a_skip():

@@ -50,8 +50,9 @@ Why the bounds hold (docs/model.md section 4):
   reader. A device's memory is its weights plus its largest working set, which is at least its
   working set in that stage, so the largest device holds at least (weights + the largest live
   bytes) / number of devices. A layer no plan splits along channels has all its weights on
-  each device that computes part of it (one device, with its whole needed output, when no plan
-  splits it at all), and a device source holds the model input.
+  each device that computes part of it; when no plan splits it at all, one device also computes
+  its whole needed output, and reads each input whole if the layer is not row-splittable
+  (docs/model.md section 3, axis ``none``). A device source holds the model input.
 """
 
 from __future__ import annotations
@@ -351,8 +352,14 @@ def _memory_floor(instance: Instance) -> int:
         else:
             elements = layer.params
             # every part of the layer stores all of it; a layer no plan splits is one part,
-            # which also computes all of its needed output
-            whole = layer.params * dt + (0 if _splittable(instance, layer) else _computed_bytes(g, part, layer.id, dt))
+            # which also computes all of its needed output (and reads its inputs whole when it
+            # is not row-splittable)
+            whole = layer.params * dt
+            if not _splittable(instance, layer):
+                whole += _computed_bytes(g, part, layer.id, dt)
+                if not layer.row_splittable:
+                    whole += sum(full_region(g, t).cells * _cell_elements(g, t) * dt
+                                 for t in dict.fromkeys(layer.inputs))
             largest_whole = max(largest_whole, whole)
         weights += elements * dt
     spread = -(-(weights + max(live_bytes(instance), default=0)) // n_dev)
