@@ -43,10 +43,12 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from formulations.options import StageOption, _layouts
+from formulations.options import StageOption
 from formulations.stagegraph import Arc, StageGraph, Terminal, _state_key
 from milp_planner.cost.evaluator import evaluate, initial_owners, price_gather, price_stage, pricer
+from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
+from milp_planner.space.cuts import _valid, cut_vectors, equal_cuts, ranges_from_cuts, stage_extent
 from milp_planner.space.plan import Plan
 
 #: the restricted spaces tried, in order (each larger than the one before)
@@ -71,37 +73,56 @@ class GraphTooLarge(RuntimeError):
     """A restricted graph would exceed ``MAX_ARCS`` arcs."""
 
 
-def _balanced(ranges_list: list[tuple]) -> tuple:
-    """The layout of least largest part (ties: the first)."""
-    return min(ranges_list, key=lambda r: (max(b - a for a, b in r), r))
+def _balanced_cuts(instance: Instance, n: int, k: int, deadline: float | None) -> tuple | None:
+    """The cut vector of least largest part among those of the space for ``k`` parts of ``n``
+    (equal cuts when the space has them), or None when the space has none (or too many to list)."""
+    if "equal" in instance.search.splits:
+        cuts = equal_cuts(n, k)
+        return cuts if k <= n and _valid(cuts, n) else None
+    try:
+        vectors = cut_vectors(instance, n, k, deadline)
+    except PlannerError:  # too many vectors to list: not this part count
+        return None
+    if not vectors:
+        return None
+    return min(vectors, key=lambda c: (max(b - a for a, b in ranges_from_cuts(c, n)), c))
 
 
-def family_options(instance: Instance, family: str) -> Callable[[int], list[StageOption]]:
+def family_options(instance: Instance, family: str, deadline: float | None = None) -> Callable[[int], list[StageOption]]:
     """The stage options of ``family`` for the one-layer stage of layer l (a function of l).
 
-    Every option is a layout the instance's space lists (``formulations.options._layouts``)."""
+    Every option's layout is one of the space (split families, ``max_parts``, ``axes``:
+    docs/model.md section 5). Raises ``TimeoutError`` past ``deadline``."""
     if family not in FAMILIES:
         raise ValueError(f"unknown memory search family {family!r}")
     n_dev = len(instance.devices)
-    devs = list(range(n_dev))
+    sp = instance.search
+    kmax = min(sp.max_parts, n_dev)
 
     def options(lid: int) -> list[StageOption]:
-        by_axis: dict[tuple[str, int], list[tuple]] = {}
-        for axis, ranges in _layouts(instance, lid, lid):
-            if axis != "none":
-                by_axis.setdefault((axis, len(ranges)), []).append(ranges)
-        out = [StageOption(lid, lid, "none", (None,), (d,)) for d in devs]
-        kmax = max((k for _, k in by_axis), default=1)
-        for (axis, k), layouts in sorted(by_axis.items()):
-            ranges = _balanced(layouts)
-            if k == kmax:
-                shifts = range(n_dev) if family == "rotations" else (0,)
-                orders = {tuple(devs[(s + i) % n_dev] for i in range(k)) for s in shifts}
-            elif family == "rotations":
-                orders = {tuple(devs[(s + i) % n_dev] for i in range(k)) for s in range(n_dev)}
-            else:
+        layer = instance.graph.layers[lid]
+        out = [StageOption(lid, lid, "none", (None,), (d,)) for d in range(n_dev)]
+        axes = [ax for ax, ok in (("rows", layer.row_splittable), ("channels", layer.channel_splittable))
+                if ok and ax in sp.axes]
+        for axis in axes:
+            n = stage_extent(instance, lid, axis)
+            layouts = {}
+            for k in range(2, kmax + 1):
+                cuts = _balanced_cuts(instance, n, k, deadline)
+                if cuts is not None:
+                    layouts[k] = tuple(ranges_from_cuts(cuts, n))
+            if not layouts:
                 continue
-            out.extend(StageOption(lid, lid, axis, ranges, order) for order in sorted(orders))
+            most = max(layouts)
+            for k, ranges in sorted(layouts.items()):
+                if k == most:
+                    shifts = range(n_dev) if family == "rotations" else (0,)
+                elif family == "rotations":
+                    shifts = range(n_dev)
+                else:
+                    continue
+                orders = {tuple((s + i) % n_dev for i in range(k)) for s in shifts}
+                out.extend(StageOption(lid, lid, axis, ranges, order) for order in sorted(orders))
         return out
 
     return options
@@ -124,6 +145,8 @@ def restricted_graph(instance: Instance, options_of: Callable[[int], Iterable[St
     arcs: list[Arc] = []
     frontier = [0]
     for b in range(n):
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeoutError("the time limit ran out while building a restricted memory graph")
         opts = list(options_of(b))
         geos = [pr.geometry.parts(o.first, o.last, o.axis, list(o.ranges)) for o in opts]
         nxt: list[int] = []
@@ -131,7 +154,9 @@ def restricted_graph(instance: Instance, options_of: Callable[[int], Iterable[St
             if deadline is not None and time.perf_counter() > deadline:
                 raise TimeoutError("the time limit ran out while building a restricted memory graph")
             owners = dict(nodes[nid][1])
-            for opt, geo in zip(opts, geos):
+            for i, (opt, geo) in enumerate(zip(opts, geos)):
+                if i % 256 == 255 and deadline is not None and time.perf_counter() > deadline:
+                    raise TimeoutError("the time limit ran out while building a restricted memory graph")
                 sp = price_stage(pr, owners, opt.last, opt.devices, geo)
                 key = (b + 1, _state_key(sp.owners))
                 head = node_id.get(key)
@@ -255,7 +280,7 @@ def memory_plans(instance: Instance, deadline: float | None = None, upper: float
         row: dict = {"family": family}
         best.tried.append(row)
         try:
-            sg = restricted_graph(instance, family_options(instance, family), deadline)
+            sg = restricted_graph(instance, family_options(instance, family, deadline), deadline)
         except (TimeoutError, GraphTooLarge) as err:
             row.update(outcome=f"not built: {err}", seconds=round(time.perf_counter() - t0, 3))
             break

@@ -31,6 +31,11 @@ def _chain_3dev():
     return make_instance(chain_graph(3), DEVS, sink=2, search=SearchSpace(1, 3, ("equal",), ("rows", "channels")))
 
 
+def _chain_capacity():
+    """No equal cuts: the searches take the most balanced of the capacity cuts."""
+    return make_instance(chain_graph(3), DEVS[:2], sink=1, search=SearchSpace(2, 2, ("capacity",), ("rows", "channels")))
+
+
 def _residual():
     return make_instance(residual_graph(), DEVS[:2], search=SearchSpace(2, 2, ("equal",), ("rows", "channels")))
 
@@ -60,7 +65,7 @@ def _tiny_fc():
     return load_instance(EXAMPLES / "tiny-fc-2dev.yaml")
 
 
-CASES = {"chain3": _chain3, "chain-3dev": _chain_3dev, "residual": _residual,
+CASES = {"chain3": _chain3, "chain-3dev": _chain_3dev, "chain-capacity": _chain_capacity, "residual": _residual,
          "residual-external": _residual_external, "fc": _fc, "fc-rows-only": _fc_rows_only, "tiny-2dev": _tiny2, "tiny-fc-2dev": _tiny_fc}
 _BRUTE = {}
 
@@ -122,7 +127,8 @@ def test_live_bytes_of_a_chain_and_a_skip():
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("case", ["chain3", "chain-3dev", "residual", "residual-external", "tiny-2dev"])
+@pytest.mark.parametrize("case", ["chain3", "chain-3dev", "chain-capacity", "residual", "residual-external",
+                                  "tiny-2dev"])
 def test_restricted_graph_paths_are_the_evaluators_plans(case, family):
     """Every path of a restricted graph (a sample of them) is a plan of the space whose memory,
     from the arcs, is the evaluator's."""

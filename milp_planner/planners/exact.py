@@ -245,9 +245,9 @@ class ExactPlanner(Planner):
 
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
         start = self.anytime_start(instance, ctx)
-        if ctx.objective == "memory":
-            self.memory_start(instance, ctx, start)
         proven = self._start_proven(instance, ctx, start)
+        if proven is None and ctx.objective == "memory" and self.memory_start(instance, ctx, start):
+            proven = self._start_proven(instance, ctx, start)
         if proven is not None:
             return proven
         with memory_budget(self.memory_budget()):
@@ -294,14 +294,14 @@ class ExactPlanner(Planner):
                           message=f"the {floor.source} floor proves the anytime start ({start.start.baseline}'s "
                                   "plan) optimal; no plan space was enumerated")
 
-    def memory_start(self, instance: Instance, ctx: SolveContext, start: StartReport | None) -> None:
+    def memory_start(self, instance: Instance, ctx: SolveContext, start: StartReport | None) -> bool:
         """The memory objective: beam searches over restricted plan spaces
         (``formulations.memory_search``) within ``MEMORY_SEARCH_SHARE`` of the time left (at most
         ``MEMORY_SEARCH_S``); a better plan becomes the anytime start's incumbent
         (``info["anytime"]["memory_search"]`` records what was tried). Only with the anytime
-        start (option ``memory_search``)."""
+        start (option ``memory_search``). Returns whether the incumbent improved."""
         if start is None or not self.options.get("memory_search", True):
-            return
+            return False
         left = ctx.remaining()
         budget = MEMORY_SEARCH_S if left is None else min(MEMORY_SEARCH_S, MEMORY_SEARCH_SHARE * left)
         ctx.report(phase="anytime start: memory search over restricted spaces", force=True)
@@ -309,9 +309,11 @@ class ExactPlanner(Planner):
         found = memory_plans(instance, deadline=time.perf_counter() + budget, upper=upper)
         start.memory_search = {"tried": found.tried, "seconds": round(found.seconds, 3),
                                "best": found.value if found.plan is not None else None}
-        if found.plan is not None:
-            start.start = Start(found.plan, found.value, f"memory search ({found.source})", False)
-            ctx.report(phase=f"anytime start: memory search ({found.source})", incumbent=found.value, force=True)
+        if found.plan is None:
+            return False
+        start.start = Start(found.plan, found.value, f"memory search ({found.source})", False)
+        ctx.report(phase=f"anytime start: memory search ({found.source})", incumbent=found.value, force=True)
+        return True
 
     def subfleet_ladder(self, instance: Instance, ctx: SolveContext, start: StartReport | None) -> Ladder | None:
         """The sub-fleet ladder (``planners.subfleet``) within ``LADDER_SHARE`` of the time limit;
