@@ -115,12 +115,9 @@ def family_options(instance: Instance, family: str, deadline: float | None = Non
                 continue
             most = max(layouts)
             for k, ranges in sorted(layouts.items()):
-                if k == most:
-                    shifts = range(n_dev) if family == "rotations" else (0,)
-                elif family == "rotations":
-                    shifts = range(n_dev)
-                else:
+                if family == "uniform" and k != most:
                     continue
+                shifts = range(n_dev) if family == "rotations" else (0,)
                 orders = {tuple((s + i) % n_dev for i in range(k)) for s in shifts}
                 out.extend(StageOption(lid, lid, axis, ranges, order) for order in sorted(orders))
         return out
