@@ -205,6 +205,8 @@ def test_exact_planners_still_agree_with_brute_force_on_memory():
             assert res.status == "optimal", (case, name, res.message)
             assert res.value == pytest.approx(best, rel=1e-9), (case, name)
             assert "memory_search" in res.info["anytime"], (case, name)
+        off = get_planner("dp", memory_search=False).solve(inst, objective="memory")
+        assert off.value == pytest.approx(best, rel=1e-9) and "memory_search" not in off.info["anytime"]
 
 
 @pytest.mark.slow
