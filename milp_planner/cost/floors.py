@@ -42,10 +42,17 @@ Why the bounds hold (docs/model.md section 4):
   from the source, each tensor a device reads but did not compute, the gather); reported as
   ``flow`` when it beats the floors above.
 - *Memory* (the largest device): the devices together store every weight of every computed layer
-  (a channel part its share, rounded half up, so at least ``params - max_parts / 2`` elements)
-  and, in the stage that computes it, every needed row of each layer's output: the largest
-  device holds at least that sum / number of devices. A layer no plan splits along channels has
-  all its weights on one device, and a device source holds the model input.
+  (a channel part its share, rounded half up, so at least ``params - max_parts / 2`` elements),
+  and during the stage that computes a layer l their working sets together hold at least its
+  **live bytes** (``live_bytes``): the needed rows of l's output, of every earlier layer's output
+  that a layer from l on still reads or that is a graph output (computed in that stage, or owned
+  whole by the devices since an earlier one), and a device source's input until its last
+  reader. A device's memory is its weights plus its largest working set, which is at least its
+  working set in that stage, so the largest device holds at least (weights + the largest live
+  bytes) / number of devices. A layer no plan splits along channels has all its weights on
+  each device that computes part of it; when no plan splits it at all, one device also computes
+  its whole needed output, and reads each input whole if the layer is not row-splittable
+  (docs/model.md section 3, axis ``none``). A device source holds the model input.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ from typing import NamedTuple
 
 from milp_planner.instance import Instance
 from milp_planner.instance.devices import CostModel
-from milp_planner.model.graph import Layer
+from milp_planner.model.graph import Layer, last_readers
 from milp_planner.space.geometry import StageGeometry, full_region
 
 # Relative safety margin on float sums (the evaluator sums floats too).
@@ -326,6 +333,7 @@ def _fluid_lp(cost, layer_ids, n_dev, k):
 
 
 def _memory_floor(instance: Instance) -> int:
+    """The ``weights`` floor (see the module docstring, *Memory*), in bytes."""
     g = instance.graph
     if not g.layers:
         return 0
@@ -334,7 +342,7 @@ def _memory_floor(instance: Instance) -> int:
     s = instance.search
     k = max(1, min(s.max_parts, n_dev))
     part = StageGeometry(g).parts(0, len(g.layers) - 1, "none", [None])[0]
-    weights, largest_whole, largest_out = 0, 0, 0
+    weights, largest_whole = 0, 0
     for layer in g.layers:
         if part.fraction.get(layer.id, 0) <= 0:
             continue
@@ -343,13 +351,18 @@ def _memory_floor(instance: Instance) -> int:
             elements = max(0, -(-(2 * layer.params - k) // 2))  # ceil(params - k / 2)
         else:
             elements = layer.params
-            largest_whole = max(largest_whole, layer.params * dt)
+            # every part of the layer stores all of it; a layer no plan splits is one part,
+            # which also computes all of its needed output (and reads its inputs whole when it
+            # is not row-splittable)
+            whole = layer.params * dt
+            if not _splittable(instance, layer):
+                whole += _computed_bytes(g, part, layer.id, dt)
+                if not layer.row_splittable:
+                    whole += sum(full_region(g, t).cells * _cell_elements(g, t) * dt
+                                 for t in dict.fromkeys(layer.inputs))
+            largest_whole = max(largest_whole, whole)
         weights += elements * dt
-        region = part.computed.get(layer.id)
-        if region is not None:
-            out = region.cells * _cell_elements(g, layer.output) * dt
-            largest_out = max(largest_out, out)
-    spread = -(-(weights + largest_out) // n_dev)
+    spread = -(-(weights + max(live_bytes(instance), default=0)) // n_dev)
     source = 0
     net = instance.network
     if not net.source.external:
@@ -357,6 +370,46 @@ def _memory_floor(instance: Instance) -> int:
             if any(t in l.inputs for l in g.layers):
                 source += full_region(g, t).cells * _cell_elements(g, t) * dt
     return max(spread, largest_whole, source)
+
+
+def live_bytes(instance: Instance) -> list[int]:
+    """Per layer l: bytes that the working sets of all devices together hold, at least, during
+    the stage that computes l (the *liveness* term of the memory floor).
+
+    That stage's parts compute at least the needed rows of l and of every layer of the stage
+    (coverage), and every tensor produced by an earlier stage that this stage or a later one
+    reads, or that is a graph output, is owned whole by the devices (exit tensors are cut into
+    parts that cover them) and counted in its owners' working sets. So the sum over the devices
+    is at least: l's needed output, plus the needed output of every earlier layer whose output a
+    layer from l on reads (or which is a graph output), plus, with a device source, every graph
+    input a layer from l on reads (the source owns it until its last reader)."""
+    g = instance.graph
+    if not g.layers:
+        return []
+    dt = instance.dtype_bytes
+    part = StageGeometry(g).parts(0, len(g.layers) - 1, "none", [None])[0]
+    last = last_readers(g)
+    produced = {layer.output: layer.id for layer in g.layers}
+    out = [_computed_bytes(g, part, layer.id, dt) for layer in g.layers]
+    inputs = []
+    if not instance.network.source.external:
+        inputs = [(t, full_region(g, t).cells * _cell_elements(g, t) * dt) for t in g.inputs if last.get(t, -1) >= 0]
+    live = []
+    for layer in g.layers:
+        total = out[layer.id]
+        for t, p in produced.items():
+            if p < layer.id and last.get(t, -1) >= layer.id:
+                total += out[p]
+        total += sum(b for t, b in inputs if last[t] >= layer.id)
+        live.append(total)
+    return live
+
+
+def _computed_bytes(graph, part, lid: int, dt: int) -> int:
+    region = part.computed.get(lid)
+    if region is None:
+        return 0
+    return region.cells * _cell_elements(graph, graph.layers[lid].output) * dt
 
 
 def _cell_elements(graph, tensor: str) -> int:

@@ -65,13 +65,17 @@ class StartReport:
     outcomes: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     values: dict[str, float] = field(default_factory=dict)  # the usable plans' objectives
+    memory_search: dict | None = None  # the memory objective's restricted searches (planners.exact)
 
     def info(self) -> dict:
         """For ``PlanResult.info["anytime"]``."""
         s = self.start
-        return {"start": s.baseline if s else None, "start_value": s.value if s else None,
-                "projected": s.projected if s else None, "baselines": dict(self.outcomes),
-                "values": dict(self.values), "seconds": self.seconds}
+        out = {"start": s.baseline if s else None, "start_value": s.value if s else None,
+               "projected": s.projected if s else None, "baselines": dict(self.outcomes),
+               "values": dict(self.values), "seconds": self.seconds}
+        if self.memory_search is not None:
+            out["memory_search"] = self.memory_search
+        return out
 
 
 def start_patience(budget: float, time_limit: float | None) -> float:

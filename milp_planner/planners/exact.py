@@ -25,6 +25,7 @@ from formulations.caps import Fixing
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, disagreement
 from milp_planner.cost.floors import lower_floor
 from formulations.diagnosis import explain_infeasible
+from formulations.memory_search import memory_plans
 from formulations.minmax import MINMAX
 from formulations.drivers import solve_cpsat, solve_dp, solve_highs
 from formulations.rounds import CoarseOnly, RoundSettings, explore
@@ -45,7 +46,9 @@ from milp_planner.space.plan import Plan
 FALLBACK_S = 0.5  # seconds the single-device fallback may take once the time limit has run out
 IMPROVE_MARGIN_S = 0.1  # the improvement loop ends this long before the time limit (scoring, report)
 FLOOR_SHARE = 0.1  # the floors' LP (cost.flow) before the search: at most this share of the time left
-FLOOR_GRACE_S = 0.25  # a floor not computed before the search: at most this long past the limit
+FLOOR_GRACE_S = 0.25
+MEMORY_SEARCH_S = 5.0  # the memory objective's restricted searches (memory_start): at most this long
+MEMORY_SEARCH_SHARE = 0.1  # and at most this share of the time left  # a floor not computed before the search: at most this long past the limit
 
 
 @dataclass
@@ -99,6 +102,8 @@ ANYTIME_OPTIONS = (
            "(planners.subfleet; with anytime)"),
     Option("memory_budget", str, "4GB", "resident memory at which the search stops with its best plan and bound "
            "(bytes, or like 4GB, 512MB)", check=size_problem),
+    Option("memory_search", bool, True, "memory objective: beam searches over small restricted plan spaces "
+           "improve the anytime start (formulations.memory_search; with anytime)"),
 )
 FIX_ARCS = Option("fix_arcs", bool, True, "remove arcs that cannot beat the warm start (reduced-cost fixing)")
 LOG = Option("log", bool, False, "print the solver log")
@@ -241,6 +246,8 @@ class ExactPlanner(Planner):
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
         start = self.anytime_start(instance, ctx)
         proven = self._start_proven(instance, ctx, start)
+        if proven is None and ctx.objective == "memory" and self.memory_start(instance, ctx, start):
+            proven = self._start_proven(instance, ctx, start)
         if proven is not None:
             return proven
         with memory_budget(self.memory_budget()):
@@ -286,6 +293,27 @@ class ExactPlanner(Planner):
                                 "plan_from": f"anytime start ({start.start.baseline})"},
                           message=f"the {floor.source} floor proves the anytime start ({start.start.baseline}'s "
                                   "plan) optimal; no plan space was enumerated")
+
+    def memory_start(self, instance: Instance, ctx: SolveContext, start: StartReport | None) -> bool:
+        """The memory objective: beam searches over restricted plan spaces
+        (``formulations.memory_search``) within ``MEMORY_SEARCH_SHARE`` of the time left (at most
+        ``MEMORY_SEARCH_S``); a better plan becomes the anytime start's incumbent
+        (``info["anytime"]["memory_search"]`` records what was tried). Only with the anytime
+        start (option ``memory_search``). Returns whether the incumbent improved."""
+        if start is None or not self.options.get("memory_search", True):
+            return False
+        left = ctx.remaining()
+        budget = MEMORY_SEARCH_S if left is None else min(MEMORY_SEARCH_S, MEMORY_SEARCH_SHARE * left)
+        ctx.report(phase="anytime start: memory search over restricted spaces", force=True)
+        upper = start.start.value if start.start is not None else math.inf
+        found = memory_plans(instance, deadline=time.perf_counter() + budget, upper=upper)
+        start.memory_search = {"tried": found.tried, "seconds": round(found.seconds, 3),
+                               "best": found.value if found.plan is not None else None}
+        if found.plan is None:
+            return False
+        start.start = Start(found.plan, found.value, f"memory search ({found.source})", False)
+        ctx.report(phase=f"anytime start: memory search ({found.source})", incumbent=found.value, force=True)
+        return True
 
     def subfleet_ladder(self, instance: Instance, ctx: SolveContext, start: StartReport | None) -> Ladder | None:
         """The sub-fleet ladder (``planners.subfleet``) within ``LADDER_SHARE`` of the time limit;
