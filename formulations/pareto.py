@@ -243,10 +243,10 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
     enumerates exactly the plans whose ``within`` is at most the cap (``build_stage_graph`` with
     that upper bound: every such plan is in the graph); an additive ``objective`` is then
     minimised by the exact label search under the instance's caps (``_label_solve``), and
-    otherwise (or when the search stops) the MILP of that graph by HiGHS. Returns a ``PlanResult`` (the evaluator's metrics, the
-    solver's proven bound), or None when the graph cannot be built in time, in ``max_arcs`` or
-    within the memory ``budget`` (bytes of resident memory, default the planners' 4 GB; the
-    caller then uses its planner)."""
+    otherwise (or when the search stops) the MILP of that graph by HiGHS. Returns a
+    ``PlanResult`` (the evaluator's metrics, the solver's proven bound), or None when the graph
+    cannot be built in time, in ``max_arcs`` or within the memory ``budget`` (bytes of resident
+    memory, default the planners' 4 GB; the caller then uses its planner)."""
     import pyomo.environ as pyo
 
     from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget
@@ -311,6 +311,7 @@ def _label_solve(sg, instance: Instance, objective: str, deadline: float | None,
     MILP decides then."""
     from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget
     from formulations.caps import LabelLimit, additive_caps, capped_shortest_path
+    from formulations.certificate import disagreement
     from formulations.warmstart import memory_caps
     from milp_planner.planners.base import PlanResult
 
@@ -331,8 +332,6 @@ def _label_solve(sg, instance: Instance, objective: str, deadline: float | None,
     if not metrics.feasible:  # a sum within a cap's slack that the evaluator finds just over it
         return None
     value = metrics.value(objective)
-    from formulations.certificate import disagreement
-
     if disagreement(found.value, value):
         raise RuntimeError(f"lexicographic step: label search value {found.value!r} disagrees with the evaluator's "
                            f"{value!r} (a formulation bug; please report it)")

@@ -84,8 +84,9 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None,
     among those no worse than the round's bound (``capped_exact``: that plan, or none, is
     exact). The same search carries the latency and energy caps (``constraints.latency_s`` /
     ``energy_j``, as in a Pareto front's ε-steps) as summed resources, with or without memory
-    caps (not a period cap: the solvers decide those). Past its label budget (``max_labels``) or the deadline, ``lagrange_rounds``
-    Lagrangian rounds price the overflowing devices' memory into the arc costs instead.
+    caps (not a period cap: the solvers decide those). Past its label budget (``max_labels``)
+    or the deadline, ``lagrange_rounds`` Lagrangian rounds price the overflowing devices'
+    memory into the arc costs instead.
     ``prior``: an earlier round's ``fixing``, whose multipliers shrink this round's LP.
     Period and memory: ``minmax_warm_start``.
     """
@@ -147,8 +148,7 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None,
             # the Lagrangian's plan meets the caps above the bound: the next round's
             return WarmStart(lagrangian[0], lagrangian[1], bound, True, capped_exact=True, fixing=fixing)
         if found:
-            metrics = evaluate_stages(plan_stages(sg, found.arcs), inst)
-            if metrics.feasible:
+            if evaluate_stages(plan_stages(sg, found.arcs), inst).feasible:
                 return WarmStart(found.arcs, found.value, bound, True, capped_exact=True, fixing=fixing,
                                  support=CapsSupport(upper, found.support))
             # (a sum within a cap's 1e-9 slack that the evaluator, summing in another order,
