@@ -398,17 +398,34 @@ def _extend(C, Wl, Ml, Rl, gid, A, heads, cost, suf, W, K, capv, slack, support,
 
 
 class AdditiveCap(NamedTuple):
-    """A cap on an additive objective (latency or energy) for ``capped_shortest_path``."""
+    """A cap on summed costs for ``capped_shortest_path``: latency or energy, or the period (every
+    device's compute + receive seconds summed over the stages, the gather counted at the sink,
+    and on a shared medium the sum of every transfer: the sums the evaluator's period takes the
+    largest of, each capped)."""
 
-    objective: str  # "latency" or "energy"
+    objective: str  # "latency", "energy" or "period"
     cap: float  # seconds or joules; a path passes it as the evaluator does (1e-9 relative)
 
 
 def additive_caps(instance) -> list[AdditiveCap]:
-    """The instance's latency and energy caps (``constraints.latency_s`` / ``energy_j``)."""
+    """The instance's latency, energy and period caps (``constraints.latency_s`` / ``energy_j`` /
+    ``period_s``)."""
     c = instance.constraints
-    return [AdditiveCap(obj, float(cap)) for obj, cap in (("latency", c.latency_s), ("energy", c.energy_j))
-            if cap is not None]
+    return [AdditiveCap(obj, float(cap)) for obj, cap in (("latency", c.latency_s), ("energy", c.energy_j),
+                                                          ("period", c.period_s)) if cap is not None]
+
+
+def _summed_columns(sg: StageGraph, cap: AdditiveCap) -> list[tuple[np.ndarray, dict[int, float]]]:
+    """The summed resources a cap limits, each as (value per arc, value per terminal node)."""
+    if cap.objective != "period":
+        return [(np.array(arc_cost(sg, cap.objective), dtype=float), terminal_cost(sg, cap.objective))]
+    n_dev = len(sg.instance.devices)
+    loads = np.array([a.load for a in sg.arcs], dtype=float).reshape(len(sg.arcs), n_dev)
+    cols = [(loads[:, d], {t: term.load[d] for t, term in sg.terminals.items()}) for d in range(n_dev)]
+    if sg.instance.network.medium == "shared":
+        cols.append((np.array([a.transfer_s for a in sg.arcs], dtype=float),
+                     {t: term.gather_s for t, term in sg.terminals.items()}))
+    return cols
 
 
 def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None], upper: float = math.inf,
@@ -423,7 +440,8 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
     dropped when another at its node is no worse in all of them, when its best completion
     without caps exceeds ``upper``, and (with ``fixing``, a ``Fixing`` of the same caps) when
     its Lagrangian floor does. Devices no path can overflow (and unpriced) stay out of the labels.
-    ``additive``: latency and energy caps (``AdditiveCap``; ``additive_caps(instance)``), carried
+    ``additive``: latency, energy and period caps (``AdditiveCap``; ``additive_caps(instance)``;
+    a period cap is one summed resource per device, and one for a shared medium), carried
     as summed resources: a label is also dropped when its sum plus the least still to come
     exceeds a cap, and a label is dominated only by one no worse in these sums too. (The
     ``fixing``'s multipliers price the memory caps only: they stay valid bounds, since leaving
@@ -446,15 +464,15 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
         assert list(fixing.devices) == capped, "the fixing was computed for other caps"
         usable &= fixing.keep(upper)
     # additive caps: per arc and per terminal, their sums; arcs on no path within them go
-    R = np.column_stack([np.array(arc_cost(sg, a.objective), dtype=float) for a in additive]) if additive \
-        else np.zeros((n_arcs, 0))
-    rterm = np.full((sg.n_nodes, len(additive)), np.inf)
-    for j, a in enumerate(additive):
-        for t, c in terminal_cost(sg, a.objective).items():
+    cols = [(col, tcol, a.cap) for a in additive for col, tcol in _summed_columns(sg, a)]
+    R = np.column_stack([c for c, _, _ in cols]) if cols else np.zeros((n_arcs, 0))
+    rterm = np.full((sg.n_nodes, len(cols)), np.inf)
+    for j, (_, tcol, _) in enumerate(cols):
+        for t, c in tcol.items():
             rterm[t, j] = c
-    rcap = np.array([a.cap * (1 + 1e-9) + 1e-12 for a in additive], dtype=float)  # the evaluator's slack
-    rsuf = np.zeros((sg.n_nodes, len(additive)))
-    for j in range(len(additive)):
+    rcap = np.array([cap * (1 + 1e-9) + 1e-12 for _, _, cap in cols], dtype=float)  # the evaluator's slack
+    rsuf = np.zeros((sg.n_nodes, len(cols)))
+    for j in range(len(cols)):
         col = np.where(usable, R[:, j], np.inf)
         rpre = pa.prefix(col)
         rsuf[:, j] = pa.suffix(col, rterm[pa.term_nodes, j])
@@ -477,7 +495,7 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
 
     pending: list[list] = [[] for _ in range(sg.n_nodes)]
     k = len(track)
-    nr = len(additive)
+    nr = len(cols)
     pending[sg.source].append((np.zeros(1), np.zeros((1, k), np.int64), np.zeros((1, k), np.int64),
                                np.zeros((1, nr)), np.full(1, -1, np.int64), np.full(1, -1, np.int64)))
     parents: list[np.ndarray] = []

@@ -306,16 +306,16 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
 def _label_solve(sg, instance: Instance, objective: str, deadline: float | None, budget: int | None):
     """The lexicographic step by the exact label search (``formulations.caps.capped_shortest_path``)
     over ``sg``, which holds every plan within the ``within`` cap: the best plan within every
-    latency, energy and memory cap, or the proof that there is none. None when it does not apply
-    (a min-max ``objective``, a period cap) or stops (label budget, time, memory budget): the
-    MILP decides then."""
+    latency, energy, period and memory cap, or the proof that there is none. None when it does
+    not apply (a min-max ``objective``) or stops (label budget, time, memory budget): the MILP
+    decides then."""
     from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget
     from formulations.caps import LabelLimit, additive_caps, capped_shortest_path
     from formulations.certificate import disagreement
     from formulations.warmstart import memory_caps
     from milp_planner.planners.base import PlanResult
 
-    if objective not in CAP_FIELD or instance.constraints.period_s is not None:
+    if objective not in CAP_FIELD:
         return None
     try:
         with memory_budget(DEFAULT_BUDGET if budget is None else budget):

@@ -82,9 +82,9 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None,
     and every partial plan within the caps (``formulations.caps``), and a
     resource-constrained shortest path pruned by them finds the best plan within the caps
     among those no worse than the round's bound (``capped_exact``: that plan, or none, is
-    exact). The same search carries the latency and energy caps (``constraints.latency_s`` /
-    ``energy_j``, as in a Pareto front's ε-steps) as summed resources, with or without memory
-    caps (not a period cap: the solvers decide those). Past its label budget (``max_labels``)
+    exact). The same search carries the latency, energy and period caps
+    (``constraints.latency_s`` / ``energy_j`` / ``period_s``, as in a Pareto front's ε-steps) as
+    summed resources, with or without memory caps. Past its label budget (``max_labels``)
     or the deadline, ``lagrange_rounds`` Lagrangian rounds price the overflowing devices'
     memory into the arc costs instead.
     ``prior``: an earlier round's ``fixing``, whose multipliers shrink this round's LP.
@@ -107,10 +107,10 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None,
     bound = dp_value if objective in ADDITIVE else None
     metrics = evaluate_stages(plan_stages(sg, arcs), inst)
     best = (arcs, metrics) if metrics.feasible else None
-    # the label search handles memory caps and latency / energy caps, not a period cap
+    # the label search carries memory caps and latency / energy / period caps
     additive = additive_caps(inst)
     fixing = None
-    if best is None and objective in ADDITIVE and inst.constraints.period_s is None and capped_search:
+    if best is None and objective in ADDITIVE and capped_search:
         partial = sg.upper is not None and math.isfinite(sg.outside)
         upper = sg.upper if partial else math.inf
         arrays = PathArrays(sg)  # shared by the LP's bounds and every search below

@@ -134,3 +134,68 @@ def test_lexicographic_step_by_label_search_equals_brute_force(case, within):
         assert got.status == "optimal"
         assert got.value == pytest.approx(want.value, rel=1e-9)
         assert got.metrics.feasible
+
+
+@pytest.mark.parametrize("objective", ["latency", "energy"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_period_capped_search_equals_every_path(case, objective):
+    """A period cap is one summed resource per device (and one for a shared medium): the label
+    search's best plan under it is the best path whose evaluator period meets it."""
+    inst = capped_instance(CASES[case](), {"period": 1e9})  # a period cap: the first-use reduction
+    sg = build_stage_graph(inst, objective=objective)
+    paths = [(p, v, sg.path_value(p, "period")) for p, v, _ in all_paths(sg, objective)]
+    n_dev = len(sg.instance.devices)
+    for cap in caps_to_try([r for _, _, r in paths]):
+        found = capped_shortest_path(sg, objective, [None] * n_dev, additive=[AdditiveCap("period", cap)])
+        best = min((v for _, v, r in paths if r <= cap * (1 + 1e-9)), default=math.inf)
+        if math.isinf(best):
+            assert found.arcs == []
+        else:
+            assert found.value == pytest.approx(best, rel=1e-9)
+            assert sg.path_value(found.arcs, "period") <= cap * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("planner", ["milp", "cpsat"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_exact_planners_under_a_period_cap_agree_with_brute_force(case, planner):
+    base = CASES[case]()
+    least = get_planner("bruteforce").solve(base, objective="period")
+    frugal = get_planner("bruteforce").solve(base, objective="energy")
+    cap = (least.value + frugal.metrics.period_s) / 2
+    inst = capped_instance(base, {"period": cap})
+    want = get_planner("bruteforce").solve(inst, objective="energy")
+    got = get_planner(planner, anytime=False).solve(inst, objective="energy")
+    assert want.status == "optimal"
+    assert got.status == "optimal", got.message
+    assert got.value == pytest.approx(want.value, rel=1e-9)
+    assert got.metrics.period_s <= cap * (1 + 1e-9)
+
+
+def shared_medium_bound():
+    """Three fast devices on a slow shared medium: the medium's summed transfers, not a device's
+    load, is the period of many plans."""
+    from builders import chain_graph, device, make_instance
+
+    from milp_planner.instance import SearchSpace
+
+    devs = [device(n, 10**6, "0.001", power=(2, 1, 1)) for n in "abc"]
+    return make_instance(chain_graph(3), devs, lat=0.01, medium="shared", source=0, sink=2,
+                         search=SearchSpace(2, 2, ("equal",), ("rows", "channels")))
+
+
+def test_period_cap_counts_the_shared_medium():
+    """The columns a period cap limits are exactly the sums the evaluator's period takes the
+    largest of, the shared medium's included (it binds for some plans here)."""
+    from formulations.caps import _summed_columns
+
+    inst = capped_instance(shared_medium_bound(), {"period": 1e9})
+    sg = build_stage_graph(inst, objective="energy")
+    cols = _summed_columns(sg, AdditiveCap("period", 1.0))
+    assert len(cols) == 4  # three devices and the medium
+    medium_binds = False
+    for p, _, _ in all_paths(sg, "energy"):
+        end = sg.arcs[p[-1]].head
+        sums = [float(col[p].sum()) + tcol[end] for col, tcol in cols]
+        assert max(sums) == pytest.approx(sg.path_value(p, "period"), rel=1e-12)
+        medium_binds |= sums[-1] > max(sums[:-1]) * (1 + 1e-6)
+    assert medium_binds
