@@ -366,15 +366,20 @@ def undominated(cost: np.ndarray, res: np.ndarray) -> np.ndarray:
 _undominated = undominated  # the former private name (tests/test_caps.py)
 
 
-def _extend(C, Wl, Ml, gid, A, heads, cost, suf, W, K, capv, slack, support, pending, priced):
-    """Cross labels (cost ``C``, weights ``Wl``, largest working sets ``Ml``) with the arcs ``A``
-    of their node; append the survivors to ``pending`` at each head, mark their arcs and
-    return how many there are."""
+def _extend(C, Wl, Ml, Rl, gid, A, heads, cost, suf, W, K, capv, slack, support, pending, priced, res):
+    """Cross labels (cost ``C``, weights ``Wl``, largest working sets ``Ml``, additive resources
+    ``Rl``) with the arcs ``A`` of their node; append the survivors to ``pending`` at each head,
+    mark their arcs and return how many there are. ``res``: (per arc, suffix floor per node,
+    caps) of the additive resources."""
     c2 = C[:, None] + cost[A][None, :]  # (labels, arcs)
     ok = c2 + suf[heads][None, :] <= slack
     w2 = Wl[:, None, :] + W[A][None, :, :]
     m2 = np.maximum(Ml[:, None, :], K[A][None, :, :])
     ok &= ((w2 + m2) <= capv).all(axis=2)
+    R, rsuf, rcap = res
+    r2 = Rl[:, None, :] + R[A][None, :, :]
+    if r2.shape[2]:
+        ok &= ((r2 + rsuf[heads][None, :, :]) <= rcap).all(axis=2)
     if priced is not None:
         lam, spare, lsuf = priced
         ok &= c2 + (w2 * lam).sum(axis=2) + (m2 * spare[None, :, :]).sum(axis=2) + lsuf[None, :] <= slack
@@ -388,13 +393,44 @@ def _extend(C, Wl, Ml, gid, A, heads, cost, suf, W, K, capv, slack, support, pen
     cuts = np.flatnonzero(np.diff(hs)) + 1
     for sl in np.split(np.arange(len(li)), cuts):
         l_, a_ = li[sl], ai[sl]
-        pending[int(hs[sl[0]])].append((c2[l_, a_], w2[l_, a_], m2[l_, a_], gid[l_], A[a_]))
+        pending[int(hs[sl[0]])].append((c2[l_, a_], w2[l_, a_], m2[l_, a_], r2[l_, a_], gid[l_], A[a_]))
     return len(li)
+
+
+class AdditiveCap(NamedTuple):
+    """A cap on summed costs for ``capped_shortest_path``: latency or energy, or the period (every
+    device's compute + receive seconds summed over the stages, the gather counted at the sink,
+    and on a shared medium the sum of every transfer: the sums the evaluator's period takes the
+    largest of, each capped)."""
+
+    objective: str  # "latency", "energy" or "period"
+    cap: float  # seconds or joules; a path passes it as the evaluator does (1e-9 relative)
+
+
+def additive_caps(instance) -> list[AdditiveCap]:
+    """The instance's latency, energy and period caps (``constraints.latency_s`` / ``energy_j`` /
+    ``period_s``)."""
+    c = instance.constraints
+    return [AdditiveCap(obj, float(cap)) for obj, cap in (("latency", c.latency_s), ("energy", c.energy_j),
+                                                          ("period", c.period_s)) if cap is not None]
+
+
+def _summed_columns(sg: StageGraph, cap: AdditiveCap) -> list[tuple[np.ndarray, dict[int, float]]]:
+    """The summed resources a cap limits, each as (value per arc, value per terminal node)."""
+    if cap.objective != "period":
+        return [(np.array(arc_cost(sg, cap.objective), dtype=float), terminal_cost(sg, cap.objective))]
+    n_dev = len(sg.instance.devices)
+    loads = np.array([a.load for a in sg.arcs], dtype=float).reshape(len(sg.arcs), n_dev)
+    cols = [(loads[:, d], {t: term.load[d] for t, term in sg.terminals.items()}) for d in range(n_dev)]
+    if sg.instance.network.medium == "shared":
+        cols.append((np.array([a.transfer_s for a in sg.arcs], dtype=float),
+                     {t: term.gather_s for t, term in sg.terminals.items()}))
+    return cols
 
 
 def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None], upper: float = math.inf,
                          max_labels: int = 200_000, deadline: float | None = None, fixing: Fixing | None = None,
-                         arrays: PathArrays | None = None):
+                         arrays: PathArrays | None = None, additive: list[AdditiveCap] = ()):
     """The best path whose memory fits ``caps`` (per device: the weights of all its stages plus
     its largest working set, as the evaluator counts it) among those no worse than ``upper``,
     as a ``CappedPath`` (empty when there is none).
@@ -404,6 +440,12 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
     dropped when another at its node is no worse in all of them, when its best completion
     without caps exceeds ``upper``, and (with ``fixing``, a ``Fixing`` of the same caps) when
     its Lagrangian floor does. Devices no path can overflow (and unpriced) stay out of the labels.
+    ``additive``: latency, energy and period caps (``AdditiveCap``; ``additive_caps(instance)``;
+    a period cap is one summed resource per device, and one for a shared medium), carried
+    as summed resources: a label is also dropped when its sum plus the least still to come
+    exceeds a cap, and a label is dominated only by one no worse in these sums too. (The
+    ``fixing``'s multipliers price the memory caps only: they stay valid bounds, since leaving
+    the additive caps out of the LP only lowers it.)
     Vectorised: all labels of a node cross all its arcs at once. ``support`` marks the arcs
     some kept label crossed: a plan within the caps and ``upper`` that uses another arc would
     have a prefix no kept label dominates, so the exact solvers may drop every other arc.
@@ -421,6 +463,20 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
     if fixing is not None:
         assert list(fixing.devices) == capped, "the fixing was computed for other caps"
         usable &= fixing.keep(upper)
+    # additive caps: per arc and per terminal, their sums; arcs on no path within them go
+    cols = [(col, tcol, a.cap) for a in additive for col, tcol in _summed_columns(sg, a)]
+    R = np.column_stack([c for c, _, _ in cols]) if cols else np.zeros((n_arcs, 0))
+    rterm = np.full((sg.n_nodes, len(cols)), np.inf)
+    for j, (_, tcol, _) in enumerate(cols):
+        for t, c in tcol.items():
+            rterm[t, j] = c
+    rcap = np.array([cap * (1 + 1e-9) + 1e-12 for _, _, cap in cols], dtype=float)  # the evaluator's slack
+    rsuf = np.zeros((sg.n_nodes, len(cols)))
+    for j in range(len(cols)):
+        col = np.where(usable, R[:, j], np.inf)
+        rpre = pa.prefix(col)
+        rsuf[:, j] = pa.suffix(col, rterm[pa.term_nodes, j])
+        usable &= rpre[pa.tail] + col + rsuf[pa.head, j] <= rcap[j]
     cost = np.where(usable, base, np.inf)
     suf = pa.suffix(cost, term[pa.term_nodes])
     # labels track the devices some path can overflow (heaviest weights plus largest working
@@ -439,8 +495,9 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
 
     pending: list[list] = [[] for _ in range(sg.n_nodes)]
     k = len(track)
+    nr = len(cols)
     pending[sg.source].append((np.zeros(1), np.zeros((1, k), np.int64), np.zeros((1, k), np.int64),
-                               np.full(1, -1, np.int64), np.full(1, -1, np.int64)))
+                               np.zeros((1, nr)), np.full(1, -1, np.int64), np.full(1, -1, np.int64)))
     parents: list[np.ndarray] = []
     via: list[np.ndarray] = []
     n_kept, best, waiting = 0, None, 1
@@ -454,11 +511,13 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
         C = np.concatenate([c[0] for c in chunks])
         Wl = np.concatenate([c[1] for c in chunks])
         Ml = np.concatenate([c[2] for c in chunks])
-        par = np.concatenate([c[3] for c in chunks])
-        arc = np.concatenate([c[4] for c in chunks])
+        Rl = np.concatenate([c[3] for c in chunks])
+        par = np.concatenate([c[4] for c in chunks])
+        arc = np.concatenate([c[5] for c in chunks])
         waiting -= len(C)
-        keep = undominated(C, np.hstack([Wl, Ml]).astype(float)) if len(C) > 1 else np.arange(len(C))
-        C, Wl, Ml = C[keep], Wl[keep], Ml[keep]
+        keep = undominated(C, np.hstack([Wl.astype(float), Ml.astype(float), Rl])) if len(C) > 1 \
+            else np.arange(len(C))
+        C, Wl, Ml, Rl = C[keep], Wl[keep], Ml[keep], Rl[keep]
         gid = n_kept + np.arange(len(C))
         parents.append(par[keep])
         via.append(arc[keep])
@@ -470,6 +529,8 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
         check_memory()
         if math.isfinite(term[v]):
             vals = C + term[v]
+            if nr:  # the gather's latency and energy count against the caps too
+                vals = np.where(((Rl + rterm[v]) <= rcap).all(axis=1), vals, np.inf)
             i = int(np.argmin(vals))
             if vals[i] <= slack and (best is None or vals[i] < best[0]):
                 best = (float(vals[i]), int(gid[i]))
@@ -480,9 +541,9 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
         step = max(1, 1_000_000 // len(A))  # labels per block: bounded temporaries
         for lo in range(0, len(C), step):
             block = slice(lo, lo + step)
-            waiting += _extend(C[block], Wl[block], Ml[block], gid[block], A, heads, cost, suf, W, K, capv,
-                               slack, support, pending,
-                               None if fixing is None else (lam_t, spare[bnd[heads]], lsuf[heads]))
+            waiting += _extend(C[block], Wl[block], Ml[block], Rl[block], gid[block], A, heads, cost, suf, W, K,
+                               capv, slack, support, pending,
+                               None if fixing is None else (lam_t, spare[bnd[heads]], lsuf[heads]), (R, rsuf, rcap))
             if waiting > 4 * max_labels:
                 raise LabelLimit(f"more than {4 * max_labels} labels waiting")
     if best is None:

@@ -243,11 +243,12 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
 
     The cap is the optimum of ``within`` (or just above), so few plans meet it: the stage graph
     enumerates exactly the plans whose ``within`` is at most the cap (``build_stage_graph`` with
-    that upper bound: every such plan is in the graph), and the MILP of that graph, with the
-    instance's caps, is solved by HiGHS. Returns a ``PlanResult`` (the evaluator's metrics, the
-    solver's proven bound), or None when the graph cannot be built in time, in ``max_arcs`` or
-    within the memory ``budget`` (bytes of resident memory, default the planners' 4 GB; the
-    caller then uses its planner)."""
+    that upper bound: every such plan is in the graph); an additive ``objective`` is then
+    minimised by the exact label search under the instance's caps (``_label_solve``), and
+    otherwise (or when the search stops) the MILP of that graph by HiGHS. Returns a
+    ``PlanResult`` (the evaluator's metrics, the solver's proven bound), or None when the graph
+    cannot be built in time, in ``max_arcs`` or within the memory ``budget`` (bytes of resident
+    memory, default the planners' 4 GB; the caller then uses its planner)."""
     import pyomo.environ as pyo
 
     from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget
@@ -265,6 +266,10 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
                                    max_arcs=max_arcs)
     except (TimeoutError, SpaceTooLarge, PlannerError, MemoryBudgetExceeded):
         return None
+    found = _label_solve(sg, instance, objective, deadline, budget)
+    if found is not None:
+        found.solve_time_s = time.perf_counter() - started
+        return found
     m = build_milp(sg, objective)
     solver = pyo.SolverFactory("appsi_highs")
     fresh_highs_threads()
@@ -298,6 +303,44 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
     return PlanResult("milp", "optimal" if optimal else "timeout", objective, plan=plan, value=value,
                       bound=value if optimal else bound, metrics=metrics, info=info,
                       solve_time_s=time.perf_counter() - started)
+
+
+def _label_solve(sg, instance: Instance, objective: str, deadline: float | None, budget: int | None):
+    """The lexicographic step by the exact label search (``formulations.caps.capped_shortest_path``)
+    over ``sg``, which holds every plan within the ``within`` cap: the best plan within every
+    latency, energy, period and memory cap, or the proof that there is none. None when it does
+    not apply (a min-max ``objective``) or stops (label budget, time, memory budget): the MILP
+    decides then."""
+    from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget
+    from formulations.caps import LabelLimit, additive_caps, capped_shortest_path
+    from formulations.certificate import disagreement
+    from formulations.warmstart import memory_caps
+    from milp_planner.planners.base import PlanResult
+
+    if objective not in CAP_FIELD:
+        return None
+    try:
+        with memory_budget(DEFAULT_BUDGET if budget is None else budget):
+            found = capped_shortest_path(sg, objective, memory_caps(sg), additive=additive_caps(instance),
+                                         deadline=deadline, max_labels=LEX_LABELS)
+    except (LabelLimit, MemoryBudgetExceeded):
+        return None
+    info = {"lexicographic_graph_arcs": len(sg.arcs), "solved_by": "label search"}
+    if not found.arcs:
+        return PlanResult("milp", "infeasible", objective, info=info)
+    plan = sg.plan_from_arcs(found.arcs)
+    plan.instance = instance.name
+    metrics = evaluate(plan, instance)
+    if not metrics.feasible:  # a sum within a cap's slack that the evaluator finds just over it
+        return None
+    value = metrics.value(objective)
+    if disagreement(found.value, value):
+        raise RuntimeError(f"lexicographic step: label search value {found.value!r} disagrees with the evaluator's "
+                           f"{value!r} (a formulation bug; please report it)")
+    return PlanResult("milp", "optimal", objective, plan=plan, value=value, bound=value, metrics=metrics, info=info)
+
+
+LEX_LABELS = 2_000_000  # labels of the lexicographic step's label search before the MILP takes over
 
 
 class _Run:

@@ -265,10 +265,20 @@ def overflow_cap(instance: Instance) -> float | None:
     return float(max(d.memory_bytes for d in instance.devices))
 
 
-def part_need(grp: StageGroup) -> int:
+def part_need(grp: StageGroup, pr: Pricer | None = None) -> int:
     """The least memory a device holding any one part of ``grp`` needs: that part's weight bytes
-    plus the bytes it computes in the stage (both in the evaluator's memory of the device)."""
-    return max(w + c for w, c in zip(grp.weights, grp.computed))
+    plus the bytes it computes in the stage and, with ``pr``, the bytes of every region it reads
+    (all in the evaluator's memory of the device: its working set during the stage holds what it
+    reads, owned or received, and what it computes; ``evaluator.price_stage``).
+
+    The reads matter at tight caps: VGG-19's FC1 in four channel parts computes 4 KB but reads
+    the whole 100 KB input beside its 102.76 MB of weights, so under a cap between the two
+    needs every such layout overflows on every device, and without the reads the relaxation
+    kept them (its rounds then enumerated plans whose arcs all overflowed)."""
+    if pr is None:
+        return max(w + c for w, c in zip(grp.weights, grp.computed))
+    reads = [sum(r.cells * pr.unit_bytes(t) for t, r in geo.needs.items()) for geo in grp.geos]
+    return max(w + c + r for w, c, r in zip(grp.weights, grp.computed, reads))
 
 
 def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
@@ -289,7 +299,8 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
     equal can only merge device types, so remembered types stay a valid, finer partition.)
 
     ``drop_overflow`` (for graphs that leave out the arcs overflowing a memory cap): the stage
-    layouts with a part that fits no device's cap (``part_need``) are left out of the tables;
+    layouts with a part that fits no device's cap (``part_need``: its weights, what it computes
+    and what it reads) are left out of the tables;
     a stage with none left keeps its tables with infinite floors. The bounds then hold for the
     plans that meet the memory caps only, and rise when a cap forces a split (e.g. a large FC
     layer in several channel parts). They are remembered for the range of caps that leaves
@@ -381,7 +392,7 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
                 groups = stage_groups(instance, pr, b, e, max_options, deadline, types=lb.types)
             dead = False  # no layout of the stage fits the memory caps
             if overflow is not None and coarse is None:
-                needs = [part_need(grp) for grp in groups]
+                needs = [part_need(grp, pr) for grp in groups]
                 fits_up_to = max([fits_up_to] + [x for x in needs if x <= overflow])
                 overflows_from = min([overflows_from] + [x for x in needs if x > overflow])
                 kept = [grp for grp, x in zip(groups, needs) if x <= overflow]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from formulations.caps import Fixing, LabelLimit, PathArrays, capped_shortest_path, lagrangian_fixing
+from formulations.caps import Fixing, LabelLimit, PathArrays, additive_caps, capped_shortest_path, lagrangian_fixing
 from formulations.certificate import loose
 from formulations.dp import ADDITIVE, arc_cost, prefix_suffix, shortest_path, terminal_cost
 from formulations.minmax import MINMAX, minmax_search
@@ -82,8 +82,11 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None,
     and every partial plan within the caps (``formulations.caps``), and a
     resource-constrained shortest path pruned by them finds the best plan within the caps
     among those no worse than the round's bound (``capped_exact``: that plan, or none, is
-    exact); past its label budget (``max_labels``) or the deadline, ``lagrange_rounds``
-    Lagrangian rounds price the overflowing devices' memory into the arc costs instead.
+    exact). The same search carries the latency, energy and period caps
+    (``constraints.latency_s`` / ``energy_j`` / ``period_s``, as in a Pareto front's ε-steps) as
+    summed resources, with or without memory caps. Past its label budget (``max_labels``)
+    or the deadline, ``lagrange_rounds`` Lagrangian rounds price the overflowing devices'
+    memory into the arc costs instead.
     ``prior``: an earlier round's ``fixing``, whose multipliers shrink this round's LP.
     Period and memory: ``minmax_warm_start``.
     """
@@ -104,30 +107,34 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None,
     bound = dp_value if objective in ADDITIVE else None
     metrics = evaluate_stages(plan_stages(sg, arcs), inst)
     best = (arcs, metrics) if metrics.feasible else None
-    only_memory = (inst.constraints.latency_s is None and inst.constraints.energy_j is None
-                   and inst.constraints.period_s is None)
+    # the label search carries memory caps and latency / energy / period caps
+    additive = additive_caps(inst)
     fixing = None
-    if best is None and objective in ADDITIVE and only_memory and capped_search:
+    if best is None and objective in ADDITIVE and capped_search:
         partial = sg.upper is not None and math.isfinite(sg.outside)
         upper = sg.upper if partial else math.inf
         arrays = PathArrays(sg)  # shared by the LP's bounds and every search below
-        fixing = lagrangian_fixing(sg, objective, caps, arrays=arrays, prior=prior, upper=upper, deadline=deadline)
-        bound = max(bound, fixing.bound)
-        if fixing.incumbent is not None:
-            upper = min(upper, fixing.incumbent[1])
+        lo = bound
+        if any(c is not None for c in caps):
+            fixing = lagrangian_fixing(sg, objective, caps, arrays=arrays, prior=prior, upper=upper,
+                                       deadline=deadline)
+            bound = lo = max(bound, fixing.bound)
+        # the Lagrangian's plan meets the memory caps; the latency and energy caps are not its
+        lagrangian = None if fixing is None or additive else fixing.incumbent
+        if lagrangian is not None:
+            upper = min(upper, lagrangian[1])
         now = time.perf_counter()
         # at most a third of the time left: the solvers need the rest if it gives up
         until = None if deadline is None else now + max(0.0, deadline - now) / 3
         found = None
-        if fixing.bound <= loose(upper):
+        if lo <= loose(upper):
             # deepening: a search within a smaller bound keeps far fewer labels, and finds
             # the optimum whenever it lies there; each empty search proves its bound
-            lo = fixing.bound
             steps = [lo + (upper - lo) / 4, upper] if math.isfinite(upper) else [upper]
             for step in steps:
                 try:
                     found = capped_shortest_path(sg, objective, caps, upper=step, deadline=until, fixing=fixing,
-                                                 arrays=arrays, max_labels=max_labels)
+                                                 arrays=arrays, max_labels=max_labels, additive=additive)
                 except LabelLimit:
                     found = False
                     break
@@ -136,16 +143,18 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None,
                     break
                 bound = max(bound, step)  # no plan of the graph within the caps up to here
         if found is None or (found and not found.arcs):  # nothing within the caps and the bound
-            if fixing.incumbent is None:
+            if lagrangian is None:
                 return WarmStart([], math.inf, bound, False, capped_exact=True, fixing=fixing)
             # the Lagrangian's plan meets the caps above the bound: the next round's
-            return WarmStart(fixing.incumbent[0], fixing.incumbent[1], bound, True, capped_exact=True,
-                             fixing=fixing)
+            return WarmStart(lagrangian[0], lagrangian[1], bound, True, capped_exact=True, fixing=fixing)
         if found:
-            return WarmStart(found.arcs, found.value, bound, True, capped_exact=True, fixing=fixing,
-                             support=CapsSupport(upper, found.support))
-        if fixing.incumbent is not None:
-            best = (fixing.incumbent[0], evaluate_stages(plan_stages(sg, fixing.incumbent[0]), inst))
+            if evaluate_stages(plan_stages(sg, found.arcs), inst).feasible:
+                return WarmStart(found.arcs, found.value, bound, True, capped_exact=True, fixing=fixing,
+                                 support=CapsSupport(upper, found.support))
+            # (a sum within a cap's 1e-9 slack that the evaluator, summing in another order,
+            # finds just over it: not exact, the solvers decide)
+        if lagrangian is not None:
+            best = (lagrangian[0], evaluate_stages(plan_stages(sg, lagrangian[0]), inst))
     lam = [0.0] * len(inst.devices)
     scale = max(dp_value, 1e-12)
     for _ in range(lagrange_rounds):

@@ -261,3 +261,57 @@ def test_a_cap_below_every_part_is_proven_infeasible_by_the_relaxation_alone(pla
     assert res.status == "infeasible" and res.plan is None
     assert res.info.get("rounds") == 1 and res.info.get("stage_arcs") == 0
     assert get_planner("bruteforce").solve(capped, objective="energy").status == "infeasible"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_part_need_with_reads_never_exceeds_an_arcs_memory(case):
+    """``part_need(grp, pr)`` (weights, computed and read bytes of a part) is at most the memory
+    the evaluator charges the part's device for that stage (its weights plus its working set),
+    on every arc of the whole space: the relaxation may drop a layout whose need exceeds the
+    cap. (Counting a read twice, or the device's other live tensors, would break this.)"""
+    from dataclasses import replace
+
+    from formulations.options import stage_groups
+    from formulations.stagegraph import build_stage_graph
+    from milp_planner.cost.evaluator import pricer
+
+    inst = CASES[case]()
+    inst = capped_instance(inst, {"memory": 10**15})  # memory priced, no cap binds
+    pr = pricer(inst)
+    sg = build_stage_graph(inst, objective="energy")
+    groups = {}
+    tight = 0
+    for arc in sg.arcs:
+        o = arc.option
+        key = (o.first, o.last)
+        if key not in groups:
+            groups[key] = {(g.axis, g.ranges): g for g in stage_groups(inst, pr, o.first, o.last)}
+        grp = groups[key][(o.axis, o.ranges)]
+        for i, d in enumerate(o.devices):
+            alone = replace(grp, geos=[grp.geos[i]], weights=(grp.weights[i],), computed=(grp.computed[i],))
+            need = part_need(alone, pr)  # part i's need alone
+            assert need <= arc.weights[d] + arc.working[d]
+            tight += need == arc.weights[d] + arc.working[d]
+        assert part_need(grp, pr) >= part_need(grp)
+    assert tight  # the bound is reached (a part that owns nothing else before its stage)
+
+
+@pytest.mark.parametrize("planner", ["milp", "dp"])
+def test_a_cap_below_every_parts_reads_is_proven_infeasible_by_the_relaxation(planner):
+    """A cap that every layout of some stage exceeds only once its reads are counted: the
+    relaxation's bound is infinite, the planners prove the caps infeasible at once, as brute
+    force does."""
+    from milp_planner.cost.evaluator import pricer
+
+    inst = CASES["fc"]()
+    pr = pricer(inst)
+    tables = layout_bounds(inst, "energy").tables.values()
+    # per stage, the least need of its layouts; the stage whose least need is largest decides
+    strong = max(min(part_need(g, pr) for g in tab.groups) for tab in tables)
+    weak = max(min(part_need(g) for g in tab.groups) for tab in tables)
+    assert strong > weak
+    capped = capped_instance(inst, {"memory": strong - 1})
+    assert math.isinf(float(layout_bounds(capped, "energy", drop_overflow=True).to_go[0].min()))
+    res = get_planner(planner, anytime=False).solve(capped, objective="energy")
+    assert res.status == "infeasible" and res.plan is None
+    assert get_planner("bruteforce").solve(capped, objective="energy").status == "infeasible"
