@@ -115,7 +115,9 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None,
         upper = sg.upper if partial else math.inf
         arrays = PathArrays(sg)  # shared by the LP's bounds and every search below
         lo = bound
-        if any(c is not None for c in caps):
+        # the LP's multipliers only speed up the search; they pay when the DP's plan breaks a
+        # memory cap (under a period or energy cap alone they took 20 s a round on VGG-19)
+        if any(c is not None and metrics.memory_bytes[dev.name] > c for dev, c in zip(inst.devices, caps)):
             fixing = lagrangian_fixing(sg, objective, caps, arrays=arrays, prior=prior, upper=upper,
                                        deadline=deadline)
             bound = lo = max(bound, fixing.bound)
