@@ -208,12 +208,12 @@ def test_lower_bound_set_of_hand_made_steps():
     assert got2 == {(2.0, 0.0), (1.0, 5.0)}
 
 
-@pytest.mark.parametrize("objs", [["latency", "energy"], ["energy", "memory"]])
-def test_the_last_step_is_proven_by_the_floor_of_f2_without_a_solve(objs):
-    """After the first point the loop proves f2's least value once; the ε-step below it is
-    infeasible without a solve of f1 (the front stays equal to brute force). Overstating the
-    floor would drop the last points of the front and fail the comparison."""
-    case = "residual-external"
+@pytest.mark.parametrize("case", ["residual-external", "fc"])
+def test_the_last_step_is_proven_by_the_floor_of_f2_without_a_solve(case):
+    """After the first point the loop proves f2's least value once (energy: one solve); the
+    ε-step below it is infeasible without a solve of f1, and the front stays equal to brute
+    force. Overstating the floor would drop the last points of the front and fail the comparison."""
+    objs = ["latency", "energy"]
     real = get_planner("milp", anytime=False)
     calls = []
 
@@ -224,9 +224,28 @@ def test_the_last_step_is_proven_by_the_floor_of_f2_without_a_solve(objs):
     front = pareto_front(CASES[case](), objs, solve=solve, lexicographic="lazy")
     assert front.certified
     same_vectors(front.vectors(), brute_front(case, objs))
-    floors = [s for s in front.steps if s.minimised == objs[1]]
-    assert len(floors) == 1 and calls.count(objs[1]) == 1
+    floors = [s for s in front.steps if s.minimised == "energy"]
+    assert len(floors) == 1 and calls.count("energy") == 1
     last = front.steps[-1]
-    assert last.status == "infeasible" and last.minimised == objs[0] and last.time_s == 0.0
-    assert last.caps[objs[1]] < floors[0].bound
-    assert calls.count(objs[0]) == len([s for s in front.steps if s.minimised == objs[0]]) - 1
+    assert last.status == "infeasible" and last.minimised == "latency" and last.time_s == 0.0
+    assert last.caps["energy"] < floors[0].bound
+    assert calls.count("latency") == len([s for s in front.steps if s.minimised == "latency"]) - 1
+
+
+def test_a_min_max_f2_takes_its_floor_without_a_search():
+    """Memory (and period) as f2: its least value is bounded by the floors, not by a solve."""
+    case = "residual-external"
+    objs = ["energy", "memory"]
+    real = get_planner("milp", anytime=False)
+    calls = []
+
+    def solve(capped, objective, time_limit):
+        calls.append(objective)
+        return real.solve(capped, objective=objective, time_limit=time_limit)
+
+    front = pareto_front(CASES[case](), objs, solve=solve, lexicographic="lazy")
+    assert front.certified and "memory" not in calls
+    same_vectors(front.vectors(), brute_front(case, objs))
+    floor = [s for s in front.steps if s.minimised == "memory"]
+    assert len(floor) == 1 and "floor (no search)" in floor[0].message
+    assert floor[0].bound <= min(v[1] for v in brute_front(case, objs))
