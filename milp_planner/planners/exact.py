@@ -86,7 +86,8 @@ ROUND_OPTIONS = (
     Option("delta", float, 0.0025, "first round's relative window above the bound", ge=0, le=1e6),
     Option("round_budget", int, 60_000, "arcs one round may enumerate", ge=1, le=10**9),
     Option("growth", float, 0.002, "relative window growth per round", gt=0, le=1e6),
-    Option("capped_search", bool, True, "resource-constrained DP search under memory caps"),
+    Option("capped_search", bool, True, "resource-constrained DP search under memory, latency or energy caps; "
+           "its exact answer replaces a round's MILP / CP-SAT solve (false: the models solve every round)"),
     Option("max_labels", int, 2_000_000, "label budget of the capped and the min-max label searches",
            ge=1, le=10**9),
     Option("lagrange_rounds", int, 12, "Lagrangian price rounds", ge=0, le=10**6),
