@@ -208,19 +208,26 @@ def test_lower_bound_set_of_hand_made_steps():
     assert got2 == {(2.0, 0.0), (1.0, 5.0)}
 
 
+def recording_solve():
+    """A ``solve`` for ``pareto_front`` (the milp planner without the anytime start) and the list
+    of the objectives it was asked, in order."""
+    real = get_planner("milp", anytime=False)
+    calls: list[str] = []
+
+    def solve(capped, objective, time_limit):
+        calls.append(objective)
+        return real.solve(capped, objective=objective, time_limit=time_limit)
+
+    return solve, calls
+
+
 @pytest.mark.parametrize("case", ["residual-external", "fc"])
 def test_the_last_step_is_proven_by_the_floor_of_f2_without_a_solve(case):
     """After the first point the loop proves f2's least value once (energy: one solve); the
     ε-step below it is infeasible without a solve of f1, and the front stays equal to brute
     force. Overstating the floor would drop the last points of the front and fail the comparison."""
     objs = ["latency", "energy"]
-    real = get_planner("milp", anytime=False)
-    calls = []
-
-    def solve(capped, objective, time_limit):
-        calls.append(objective)
-        return real.solve(capped, objective=objective, time_limit=time_limit)
-
+    solve, calls = recording_solve()
     front = pareto_front(CASES[case](), objs, solve=solve, lexicographic="lazy")
     assert front.certified
     same_vectors(front.vectors(), brute_front(case, objs))
@@ -236,13 +243,7 @@ def test_a_min_max_f2_takes_its_floor_without_a_search():
     """Memory (and period) as f2: its least value is bounded by the floors, not by a solve."""
     case = "residual-external"
     objs = ["energy", "memory"]
-    real = get_planner("milp", anytime=False)
-    calls = []
-
-    def solve(capped, objective, time_limit):
-        calls.append(objective)
-        return real.solve(capped, objective=objective, time_limit=time_limit)
-
+    solve, calls = recording_solve()
     front = pareto_front(CASES[case](), objs, solve=solve, lexicographic="lazy")
     assert front.certified and "memory" not in calls
     same_vectors(front.vectors(), brute_front(case, objs))
