@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -566,6 +567,10 @@ def _probe_forward(sg: StageGraph, prob: _Problem, T: float, max_labels: int, de
     bnd = np.fromiter((b for b, _ in sg.nodes), dtype=np.int64, count=sg.n_nodes)
     out_arcs = [np.array([a for a in arcs if prob.usable[a]], dtype=np.int64) for arcs in sg.out_arcs]
     support = np.zeros(len(sg.arcs), dtype=bool)
+
+    def out_of_time():
+        if deadline is not None and time.perf_counter() > deadline:
+            raise LabelBudget("the time limit ran out")
     n_bnd = int(bnd.max()) + 1
     waiting: list[list] = [[] for _ in range(n_bnd)]  # per boundary: (S, M, parent, arc, head) chunks
     waiting[int(bnd[sg.source])].append((np.zeros((1, nA)), np.zeros((1, nM)), np.full(1, -1, np.int64),
@@ -627,21 +632,12 @@ def _probe_forward(sg: StageGraph, prob: _Problem, T: float, max_labels: int, de
             heads = pa.head[A]
             hb = bnd[heads]
             step = max(1, 400_000 // (len(A) * max(1, nA + nM)))  # labels per block: bounded temporaries
-            for lo in range(0, len(S), step):
-                if lo and deadline is not None and time.perf_counter() > deadline:
-                    raise LabelBudget("the time limit ran out")
-                Sb, Mb, gb = S[lo:lo + step], M[lo:lo + step], gid[lo:lo + step]
-                fl, ok = prob.floor_grid(Sb, Mb, A, heads)
-                li, ai = np.nonzero(ok & (fl <= slack))
-                if not len(li):
-                    continue
-                support[A[ai]] = True
-                S2 = Sb[li] + prob.add[A[ai]]
-                M2 = np.maximum(Mb[li], prob.mx[A[ai]])
+            for S2, M2, g2, ai in _extensions(prob, S, M, gid, A, step, slack, support, out_of_time,
+                                              lambda Sb, Mb: prob.floor_grid(Sb, Mb, A, heads)):
                 hsel, hbs = heads[ai], hb[ai]
                 for hbv in np.unique(hbs).tolist():
                     m = hbs == hbv
-                    waiting[hbv].append((S2[m], M2[m], gb[li[m]], A[ai[m]], hsel[m]))
+                    waiting[hbv].append((S2[m], M2[m], g2[m], A[ai[m]], hsel[m]))
     if best is None:
         return None, n_kept, support
     parent, arc_of = np.concatenate(parents), np.concatenate(via)
@@ -673,6 +669,25 @@ class _Chunks:
         ends = np.r_[starts[1:], len(node)]
         return [(int(node[lo]), S[lo:hi], M[lo:hi], link[lo:hi], arc[lo:hi])
                 for lo, hi in zip(starts.tolist(), ends.tolist())]
+
+
+def _extensions(prob: _Problem, S, M, gid, A, step: int, slack: float, support: np.ndarray,
+                check: Callable[[], None], floor: Callable):
+    """The labels (S, M, gid) extended along the arcs ``A``, block by block of ``step`` labels
+    (bounded temporaries; ``check()`` between blocks): per block, the extensions whose
+    ``floor(Sb, Mb)`` (a grid over the block's labels and ``A``, with its validity) is within
+    ``slack``, as (sums, maxima, parent ids, indices into ``A``). Their arcs are marked in
+    ``support``."""
+    for lo in range(0, len(S), step):
+        if lo:
+            check()
+        Sb, Mb, gb = S[lo:lo + step], M[lo:lo + step], gid[lo:lo + step]
+        fl, ok = floor(Sb, Mb)
+        li, ai = np.nonzero(ok & (fl <= slack))
+        if not len(li):
+            continue
+        support[A[ai]] = True
+        yield Sb[li] + prob.add[A[ai]], np.maximum(Mb[li], prob.mx[A[ai]]), gb[li], ai
 
 
 def _probe_meet(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: float | None,
@@ -788,22 +803,13 @@ def _probe_meet(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadl
                 continue
             nb = bnd[nxt]
             step = max(1, 400_000 // (len(A) * max(1, nA + nM + prob.lag_w.shape[1])))
-            for lo in range(0, len(S), step):
-                if lo:
-                    tick()
-                Sb, Mb, gb = S[lo:lo + step], M[lo:lo + step], gid[lo:lo + step]
-                fl, ok = prob.floor_grid(Sb, Mb, A, nxt, side)
-                li, ai = np.nonzero(ok & (fl <= slack))
-                if not len(li):
-                    continue
-                support[A[ai]] = True
-                S2 = Sb[li] + prob.add[A[ai]]
-                M2 = np.maximum(Mb[li], prob.mx[A[ai]])
+            for S2, M2, g2, ai in _extensions(prob, S, M, gid, A, step, slack, support, tick,
+                                              lambda Sb, Mb: prob.floor_grid(Sb, Mb, A, nxt, side)):
                 to, tob = nxt[ai], nb[ai]
                 waits = wait_f if forward else wait_b
                 for t in np.unique(tob).tolist():
                     m = tob == t
-                    waits[t].parts.append((S2[m], M2[m], gb[li[m]], A[ai[m]], to[m]))
+                    waits[t].parts.append((S2[m], M2[m], g2[m], A[ai[m]], to[m]))
 
     lo_b, hi_b = 0, n_bnd - 1
     while lo_b <= hi_b:
