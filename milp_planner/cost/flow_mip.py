@@ -1,0 +1,283 @@
+"""The flow MIP: the period's flow floor with the parts made discrete.
+
+The flow LP (``milp_planner.cost.flow``) lets every device compute any share of every layer
+at the chord ``(o + a) x c`` of its affine time floor ``o + a c``, so splitting every layer
+over every device looks free: a device computing 1 % of a layer pays 1 % of its overhead, and
+a part that reads its whole input (a fully connected or channel-split layer) reads only its
+share. This MIP adds, per layer l and device d, a binary ``y[l, d]`` (d computes some of l) with
+
+- ``c[l, d] <= y[l, d]``;
+- compute seconds ``o x y[l, d] + a x c[l, d]`` instead of the chord: a part computing a
+  fraction ``f > 0`` of l takes at least ``g(f) = o + a f`` (``milp_planner.cost.floors``), and
+  a device computes a layer in one part at most (one stage computes the layer);
+- **part count**: ``sum_d y[l, d] <= max_parts`` (at most ``min(max_parts, devices)`` parts
+  in l's stage, each on one device), and ``<= 1`` when no plan splits l (no allowed axis
+  splits it: ``floors._splittable``);
+- **whole reads**: when every part of l reads the whole of an input t (l is not row-split
+  by any plan, because ``rows`` is not an allowed axis or l is not row-splittable, and a
+  channel part reads every input channel: ``groups`` 1; ``space.geometry``, ``_channel_part``
+  and the row parts of a layer that is not row-splittable), a device computing any of l
+  receives all of t but what it computed of t's producer: ``R[t, d] >= y[l, d] - c[p, d]``
+  (a graph input: ``>= y[l, d]`` off the source device).
+
+Everything else is the flow LP's (coverage, read ratios, the gather, cheapest links); the
+MIP's optimum ``min T, T >= load_d`` (compute plus receive seconds of each device, with a
+shared medium one more row carrying every transfer) is a lower bound on every plan's period,
+and so is HiGHS's dual bound when the time limit stops it.
+
+Safety against solver tolerances: a MIP's dual bound cannot be recomputed from duals (the
+branching tree holds it), so the reported value is the dual bound lowered by a relative
+``MIP_MARGIN`` (1e-6, a hundred times the primal feasibility tolerance of 1e-7 on rows scaled
+to milliseconds with coefficients of order 1-100: the largest a tolerance can move ``T``), and
+only reported when it beats the flow LP's own (dual-recomputed) bound. Times are scaled to
+milliseconds in the MIP so that the tolerances are relative to the period, not to seconds.
+
+Identical devices make HiGHS's tree symmetric; HiGHS detects and uses such symmetry itself
+(``mip_detect_symmetry``, on by default), which this module relies on.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from milp_planner.cost.flow import FlowFloor, _FlowLP, _LPFailed
+from milp_planner.instance import Instance
+
+MIP_MARGIN = 1e-6  # relative, on HiGHS's dual bound (see the module docstring)
+MIN_MIP_S = 0.2  # less time left than this: no MIP
+MIP_TIME_LIMIT = 10.0  # seconds without a deadline
+_SCALE = 1e3  # seconds -> milliseconds inside the MIP
+
+
+def flow_mip_floor(instance: Instance, deadline: float | None = None,
+                   lp: _FlowLP | None = None) -> FlowFloor | None:
+    """The flow MIP's proven period bound (``value``) and the MIP's best plan value found
+    (``lp_value``, inf when none), or None when there is no time (``deadline``, a
+    ``time.perf_counter()`` value) or HiGHS fails."""
+    try:
+        if lp is None:
+            lp = _FlowLP(instance)
+        return _FlowMIP(instance, lp).solve(deadline)
+    except _LPFailed:
+        return None
+
+
+def part_cap(instance: Instance, layer) -> int:
+    """The most devices that compute some of ``layer`` in any plan: ``min(max_parts, devices)``,
+    1 when no plan splits it."""
+    from milp_planner.cost.floors import _splittable
+
+    if not _splittable(instance, layer):
+        return 1
+    return max(1, min(instance.search.max_parts, len(instance.devices)))
+
+
+def whole_reads(instance: Instance, layer) -> bool:
+    """Whether every part of ``layer`` in every plan reads each of its inputs whole."""
+    if "rows" in instance.search.axes and layer.row_splittable:
+        return False
+    g = instance.graph
+    if layer.groups > 1:
+        c_out = layer.channels
+        for t in layer.inputs:
+            c_in = g.tensor_channels(t)
+            if c_in % layer.groups == 0 and c_out % layer.groups == 0:
+                return False  # a channel part reads its groups' input channels only
+    return True
+
+
+def link_groups(instance: Instance) -> list[frozenset[int]]:
+    """Per device, its group: the devices joined to it by links (both ways) of at least the
+    largest bandwidth threshold that splits the fleet into at least two groups, one of them of
+    several devices (AutoDiCE's boards: a CPU and a GPU at 10 GB/s, Gigabit between boards);
+    every device alone when no threshold does (equal links). Any grouping gives a valid bound;
+    this one makes the receives from outside a group as dear as the links allow."""
+    n = len(instance.devices)
+    bw = np.array(instance.network.bandwidth_Bps, dtype=float)
+    alone = [frozenset([d]) for d in range(n)]
+    if n < 3:
+        return alone
+    both = np.minimum(bw, bw.T)
+    for theta in sorted({float(v) for v in both[~np.eye(n, dtype=bool)] if v > 0}, reverse=True):
+        comp = list(range(n))
+
+        def find(a: int) -> int:
+            while comp[a] != a:
+                comp[a] = comp[comp[a]]
+                a = comp[a]
+            return a
+
+        for i in range(n):
+            for j in range(i + 1, n):
+                if both[i, j] >= theta:
+                    comp[find(i)] = find(j)
+        members: dict[int, set[int]] = {}
+        for d in range(n):
+            members.setdefault(find(d), set()).add(d)
+        if len(members) >= 2 and any(len(m) > 1 for m in members.values()):
+            return [frozenset(members[find(d)]) for d in range(n)]
+        if len(members) < 2:
+            break
+    return alone
+
+
+def sibling_terms(lp: _FlowLP, producer: int, sibs: list[int]) -> dict[int, float]:
+    """``-c[producer, e]`` for each sibling e: a device receives from its group at most what
+    the group's other devices computed of the tensor (a sender owns only what it computed)."""
+    return {lp.c[producer, e]: -1.0 for e in sibs if (producer, e) in lp.c}
+
+
+class _FlowMIP:
+    """The columns of the flow LP, then one ``y`` per c column, then ``T``."""
+
+    def __init__(self, instance: Instance, lp: _FlowLP):
+        self.lp = lp
+        g = instance.graph
+        n_dev = len(instance.devices)
+        n = len(lp.cols)
+        keys = sorted(lp.c)
+        self.y = {key: n + i for i, key in enumerate(keys)}
+        self.n = n + len(keys) + 1
+        self.T = self.n - 1
+        rows: list[dict[int, float]] = []
+        lower: list[float] = []
+        upper: list[float] = []
+
+        def add(row: dict[int, float], lo: float, hi: float = np.inf) -> None:
+            rows.append(row)
+            lower.append(lo)
+            upper.append(hi)
+
+        A = lp.A
+        base = [dict() for _ in range(A.m)]
+        for r, col, v in zip(A.rows, A.cols, A.vals):
+            base[int(r)][int(col)] = base[int(r)].get(int(col), 0.0) + float(v)
+        for row, lo in zip(base, lp.b):
+            add(row, float(lo))
+        for key in keys:  # c <= y
+            add({self.y[key]: 1.0, lp.c[key]: -1.0}, 0.0)
+        src = None if instance.network.source.external else instance.network.source.device
+        for layer in g.layers:
+            ys = [self.y[layer.id, d] for d in range(n_dev) if (layer.id, d) in self.y]
+            if not ys:
+                continue
+            cap = part_cap(instance, layer)
+            if cap < len(ys):
+                add({j: 1.0 for j in ys}, -np.inf, float(cap))
+            if not whole_reads(instance, layer):
+                continue
+            for t in dict.fromkeys(layer.inputs):
+                producer = g.producer(t)
+                for d in range(n_dev):
+                    if (layer.id, d) not in self.y:
+                        continue
+                    if producer is None and src == d:
+                        continue  # the source device holds the graph input
+                    col = lp.receive.get((t, d))
+                    if col is None:
+                        continue  # d cannot receive t: nothing to add (sound)
+                    row = {col: 1.0, self.y[layer.id, d]: -1.0}
+                    if producer is not None and (producer, d) in lp.c:
+                        row[lp.c[producer, d]] = 1.0
+                    add(row, 0.0)
+        # receives from outside d's group: Rx[t, d], at the extra cost of the cheapest link from
+        # outside over the cheapest link; R - Rx <= what d's group siblings computed of t
+        groups = link_groups(instance)
+        extra_cols: list[tuple[int, int, float]] = []  # (column, device, extra seconds at share 1)
+        bw = np.array(instance.network.bandwidth_Bps, dtype=float)
+        inv = np.where(bw > 0, 1.0 / np.where(bw > 0, bw, 1.0), np.inf)
+        for (t, d), col in sorted(lp.receive.items()):
+            producer = g.producer(t)
+            if producer is None:
+                continue  # the input comes from its source, already priced at that link
+            sibs = [e for e in groups[d] if e != d]
+            outside = [e for e in range(n_dev) if e not in groups[d]]
+            if not sibs or not outside:
+                continue
+            s_out = float(min(inv[e][d] for e in outside))
+            s_any = float(min(inv[e][d] for e in range(n_dev) if e != d))
+            if not np.isfinite(s_out) or s_out <= s_any:
+                continue
+            x = self.n - 1 + len(extra_cols)
+            extra_cols.append((x, d, g.elements(t) * instance.dtype_bytes * (s_out - s_any)))
+            row = {col: 1.0, x: -1.0, **sibling_terms(lp, producer, sibs)}
+            add(row, -np.inf, 0.0)  # R - Rx - sum_sib c[p, sib] <= 0
+            add({x: -1.0, col: 1.0}, 0.0)  # Rx <= R
+        self.n += len(extra_cols)
+        self.T = self.n - 1
+        # T >= load_r: compute at a x c + o x y, transfers as in the LP
+        loads = lp.loads()
+        for j, (o, a) in lp.affine.items():
+            d = lp.cols[j].device
+            loads[d, j] = a
+        for r in range(loads.shape[0]):
+            row = {int(j): -float(v) * _SCALE for j in np.nonzero(loads[r])[0] for v in [loads[r, j]]}
+            if r < n_dev:
+                for (lid, d), yj in self.y.items():
+                    o = lp.affine[lp.c[lid, d]][0]
+                    if d == r and o > 0:
+                        row[yj] = -o * _SCALE
+            for x, d, secs in extra_cols:
+                if d == r or r == n_dev:  # its device, and the shared medium's row
+                    row[x] = -secs * _SCALE
+            row[self.T] = 1.0
+            add(row, 0.0)
+        self.rows, self.lower, self.upper = rows, np.array(lower), np.array(upper)
+
+    def solve(self, deadline: float | None) -> FlowFloor | None:
+        import highspy
+
+        left = MIP_TIME_LIMIT if deadline is None else min(MIP_TIME_LIMIT, deadline - time.perf_counter())
+        if left < MIN_MIP_S:
+            return None
+        n, m = self.n, len(self.rows)
+        ri, ci, vi = [], [], []
+        for i, row in enumerate(self.rows):
+            for j, v in row.items():
+                ri.append(i)
+                ci.append(j)
+                vi.append(v)
+        ri, ci, vi = np.array(ri, dtype=np.int64), np.array(ci, dtype=np.int64), np.array(vi, dtype=float)
+        order = np.lexsort((ri, ci))
+        inf = highspy.kHighsInf
+        mdl = highspy.HighsLp()
+        mdl.num_col_, mdl.num_row_ = n, m
+        cost = np.zeros(n)
+        cost[self.T] = 1.0
+        mdl.col_cost_ = cost
+        upper = np.ones(n)
+        upper[self.T] = inf
+        mdl.col_lower_, mdl.col_upper_ = np.zeros(n), upper
+        mdl.row_lower_ = np.where(np.isfinite(self.lower), self.lower, -inf)
+        mdl.row_upper_ = np.where(np.isfinite(self.upper), self.upper, inf)
+        mdl.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+        mdl.a_matrix_.start_ = np.searchsorted(ci[order], np.arange(n + 1))
+        mdl.a_matrix_.index_, mdl.a_matrix_.value_ = ri[order], vi[order]
+        kinds = [highspy.HighsVarType.kContinuous] * n
+        for j in self.y.values():
+            kinds[j] = highspy.HighsVarType.kInteger
+        mdl.integrality_ = kinds
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("time_limit", float(left))
+        h.setOptionValue("threads", 1)
+        try:
+            h.passModel(mdl)
+            h.run()
+            status = h.getModelStatus()
+            if status not in (highspy.HighsModelStatus.kOptimal, highspy.HighsModelStatus.kTimeLimit,
+                              highspy.HighsModelStatus.kInterrupt):
+                return None
+            info = h.getInfo()
+            dual = float(info.mip_dual_bound)
+            primal = float(info.objective_function_value) if status == highspy.HighsModelStatus.kOptimal \
+                else float(info.mip_gap and info.objective_function_value)
+            if not np.isfinite(dual) or dual <= 0:
+                return None
+            return FlowFloor(max(0.0, dual * (1 - MIP_MARGIN)) / _SCALE, primal / _SCALE)
+        except Exception:  # noqa: BLE001 - a failed MIP only loses the floor
+            return None
+        finally:
+            h.resetGlobalScheduler(True)
