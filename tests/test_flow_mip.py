@@ -2,7 +2,7 @@
 optimum nor the least period over every path of the whole stage graph, is at least the flow
 LP's, strictly above it where part overheads or whole reads decide, and breaks (exceeds the
 optimum) when a term is overstated: a part cap one too low, whole reads charged to row parts,
-receives from the group siblings forbidden, an overhead counted twice."""
+receives from the group siblings forbidden, an overhead counted twice, halo rows counted twice, redundant rows counted from zero."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from test_flow_floor import CASES as FLOW_CASES
 from test_flow_floor import _optimum
 
 import milp_planner.cost.flow_mip as fm
-from builders import chain_graph, device, fc_graph, make_instance
+from builders import CONV3, chain_graph, conv, device, fc_graph, make_instance
 from formulations.stagegraph import build_stage_graph
 from milp_planner.cost.flow import flow_floor
 from milp_planner.cost.floors import lower_floor
 from milp_planner.instance import SearchSpace
+from milp_planner.model.graph import LayerGraph, RowDep
 from milp_planner.planners import get_planner
 
 CASES = {**{f"flow-{k}": v for k, v in FLOW_CASES.items()}, **{f"exact-{k}": v for k, v in EXACT_CASES.items()}}
@@ -45,7 +46,42 @@ def grouped():
                          search=SearchSpace(2, 2, ("equal",), ("channels",)))
 
 
-EXTRA = {"overheads": overheads, "grouped": grouped, "fc-3": lambda: make_instance(
+def rows3():
+    """Three equal devices, heavy 3x3 convolutions, slow links: the best plans split rows, and
+    every boundary between parts pays a halo row by transfer or by computing it twice."""
+    layers = [conv(0, "c0", "x", "t0", (1, 2, 9, 8), macs=30000)]
+    for i in (1, 2):
+        layers.append(conv(i, f"c{i}", f"t{i - 1}", f"t{i}", (1, 2, 9, 8), macs=30000))
+    graph = LayerGraph("rows3", layers, {"x": (1, 1, 9, 8)}, ["t2"])
+    devs = [device(f"d{i}", 4000, "0.001") for i in range(3)]
+    bw = [[0 if i == j else 80.0 for j in range(3)] for i in range(3)]
+    return make_instance(graph, devs, bw=bw, lat=0.0, sink=0,
+                         search=SearchSpace(2, 3, ("equal",), ("rows",)))
+
+
+def fused():
+    """Two equal devices behind a very slow link: the best plan fuses two 3x3 convolutions in
+    one row-split stage and computes the halo rows twice (the redundant rows of the bound)."""
+    layers = [conv(0, "c0", "x", "t0", (1, 2, 9, 8), macs=30000)]
+    for i in (1, 2):
+        layers.append(conv(i, f"c{i}", f"t{i - 1}", f"t{i}", (1, 2, 9, 8), macs=30000))
+    graph = LayerGraph("fused", layers, {"x": (1, 1, 9, 8)}, ["t2"])
+    devs = [device(f"d{i}", 4000, "0.001") for i in range(2)]
+    return make_instance(graph, devs, bw=[[0, 10.0], [10.0, 0]], lat=0.0,
+                         search=SearchSpace(3, 2, ("equal",), ("rows",)))
+
+
+def grouped_rows():
+    """Two pairs of devices (fast inside a pair), rows only: halo rows between the pairs."""
+    fast, slow = 400.0, 20.0
+    bw = [[0, fast, slow, slow], [fast, 0, slow, slow], [slow, slow, 0, fast], [slow, slow, fast, 0]]
+    devs = [device(f"d{i}", 3000, "0.001") for i in range(4)]
+    layers = [conv(0, "c0", "x", "t0", (1, 2, 8, 8), macs=20000), conv(1, "c1", "t0", "t1", (1, 2, 8, 8), macs=20000)]
+    graph = LayerGraph("pairs", layers, {"x": (1, 1, 8, 8)}, ["t1"])
+    return make_instance(graph, devs, bw=bw, lat=0.0, search=SearchSpace(1, 4, ("equal",), ("rows",)))
+
+
+EXTRA = {"overheads": overheads, "rows3": rows3, "fused": fused, "grouped-rows": grouped_rows, "grouped": grouped, "fc-3": lambda: make_instance(
     fc_graph(), [device("a", 1000, "0.01"), device("b", 1200, "0.01"), device("c", 3000, "0.02")],
     bw=[[0, 300.0, 200.0], [300.0, 0, 250.0], [200.0, 250.0, 0]], lat=0.0,
     search=SearchSpace(2, 3, ("equal",), ("rows", "channels")))}
@@ -87,10 +123,32 @@ def test_the_mip_bound_is_below_every_plan(case):
     assert mip.value <= rnd.value * (1 + REL)
 
 
-@pytest.mark.parametrize("case", ["exact-chain", "exact-residual-shared", "extra-overheads", "extra-grouped"])
+@pytest.mark.parametrize("case", ["exact-chain", "exact-residual-shared", "extra-overheads", "extra-grouped",
+                                  "extra-rows3", "extra-fused"])
 def test_the_mip_bound_is_below_every_path(case):
     inst = ALL[case]()
     assert fm.flow_mip_floor(inst).value <= least_path_period(inst) * (1 + REL)
+
+
+def test_the_halo_rows_raise_the_bound():
+    inst = EXTRA["rows3"]()
+    plain, halo = fm.flow_mip_floor(inst, halo=False).value, fm.flow_mip_floor(inst).value
+    assert halo > plain * 1.01, (plain, halo, optimum("extra-rows3"))
+
+
+@pytest.mark.parametrize("dep,h_out,h_in,expected", [
+    (CONV3, 8, 8, (8, ((1 - 1 / 8, 1), (0, 2)))),  # one row each side of a boundary
+    (RowDep("window", kernel=2, stride=2), 4, 8, (8, ((2, 0), (2, 0)))),  # two rows per row, no halo
+    (RowDep("identity"), 6, 6, (6, ((1, 0), (1, 0)))),
+    (RowDep("window", kernel=3, stride=2, pad_top=1), 4, 8, (8, ((2, 0), (1, 1)))),  # one side only
+    (RowDep("window", kernel=1, stride=2), 4, 8, (7, ((1, 0),))),  # every other row
+    (RowDep("window", kernel=5, stride=1, pad_top=2), 9, 9, (9, ((1 - 1 / 9, 1), (-3, 3)))),
+])
+def test_halo_terms(dep, h_out, h_in, expected):
+    got = fm.halo_terms(dep, h_out, h_in)
+    assert got.w_all == expected[0] and len(got.bounds) == len(expected[1])
+    for a, b in zip(got.bounds, expected[1]):
+        assert a == pytest.approx(b)
 
 
 @pytest.mark.parametrize("case", ["extra-overheads", "extra-grouped", "extra-fc-3"])
@@ -110,17 +168,26 @@ def _broken(monkeypatch, what: str) -> None:
         monkeypatch.setattr(fm, "whole_reads", lambda inst, layer: True)
     elif what == "no receives from siblings":
         monkeypatch.setattr(fm, "sibling_terms", lambda lp, producer, sibs: {})
+    elif what == "halo rows twice":
+        real = fm.halo_terms
+        monkeypatch.setattr(fm, "halo_terms", lambda *a: None if real(*a) is None else
+                            fm.HaloTerms(real(*a).w_all, tuple((x, 2 * b + 1) for x, b in real(*a).bounds)))
+    elif what == "redundant rows counted from zero":  # sum u instead of sum u - 1
+        real = fm.halo_terms
+        monkeypatch.setattr(fm, "halo_terms", lambda dep, h_out, h_in: None if real(dep, h_out, h_in) is None else
+                            fm.HaloTerms(real(dep, h_out, h_in).w_all + real(dep, h_out, h_in).bounds[0][0] * h_out,
+                                         real(dep, h_out, h_in).bounds[:1]))
     elif what == "overhead twice":
         real_init = fm._FlowMIP.__init__
 
-        def doubled(self, inst, lp):
+        def doubled(self, inst, lp, halo=True):
             lp.affine = {j: (2 * o, a) for j, (o, a) in lp.affine.items()}
-            real_init(self, inst, lp)
+            real_init(self, inst, lp, halo)
         monkeypatch.setattr(fm._FlowMIP, "__init__", doubled)
 
 
 @pytest.mark.parametrize("what", ["part cap one too low", "whole reads for row parts", "no receives from siblings",
-                                  "overhead twice"])
+                                  "overhead twice", "halo rows twice", "redundant rows counted from zero"])
 def test_an_overstated_term_breaks_the_bound(monkeypatch, what):
     """Each term of the MIP, overstated, puts the bound above the optimum on some tiny case:
     so the test above can fail."""

@@ -39,6 +39,8 @@ Identical devices make HiGHS's tree symmetric; HiGHS detects and uses such symme
 from __future__ import annotations
 
 import time
+from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -47,21 +49,89 @@ from milp_planner.instance import Instance
 
 MIP_MARGIN = 1e-6  # relative, on HiGHS's dual bound (see the module docstring)
 MIN_MIP_S = 0.2  # less time left than this: no MIP
-MIP_TIME_LIMIT = 10.0  # seconds without a deadline
+MIP_TIME_LIMIT = 60.0  # seconds without a deadline
 _SCALE = 1e3  # seconds -> milliseconds inside the MIP
 
 
 def flow_mip_floor(instance: Instance, deadline: float | None = None,
-                   lp: _FlowLP | None = None) -> FlowFloor | None:
+                   lp: _FlowLP | None = None, halo: bool = True) -> FlowFloor | None:
     """The flow MIP's proven period bound (``value``) and the MIP's best plan value found
     (``lp_value``, inf when none), or None when there is no time (``deadline``, a
     ``time.perf_counter()`` value) or HiGHS fails."""
     try:
         if lp is None:
             lp = _FlowLP(instance)
-        return _FlowMIP(instance, lp).solve(deadline)
+        return _FlowMIP(instance, lp, halo).solve(deadline)
     except _LPFailed:
         return None
+
+
+def reads_all_channels(instance: Instance, layer) -> bool:
+    """Whether every part of ``layer`` reads every channel of the input rows it needs (a row
+    part always does; a channel part unless its groups let it read only theirs)."""
+    if not ("channels" in instance.search.axes and layer.channel_splittable and layer.groups > 1):
+        return True
+    g = instance.graph
+    return all(not (g.tensor_channels(t) % layer.groups == 0 and layer.channels % layer.groups == 0)
+               for t in layer.inputs)
+
+
+class HaloTerms(NamedTuple):
+    """The halo rows of one (layer, input): ``h_t x sum_X n[X] >= w_all + a x h_l x (sum_X u[X]
+    - 1) + beta x (sum_X z[X] - 1)`` for each ``(a, beta)`` of ``bounds`` (module docstring)."""
+
+    w_all: float
+    bounds: tuple[tuple[float, float], ...]
+
+
+def halo_terms(dep, h_out: int, h_in: int) -> HaloTerms | None:
+    """The halo rows of a ``window`` or ``identity`` row dependency from ``h_in`` input rows to
+    ``h_out`` output rows, or None (other kinds: no halo bound)."""
+    if dep.kind == "identity":
+        s, k, p = 1, 1, 0
+    elif dep.kind == "window":
+        s, k, p = dep.stride, (dep.kernel - 1) * dep.dilation + 1, dep.pad_top
+    else:
+        return None
+    if h_out <= 0 or h_in <= 0 or s <= 0:
+        return None
+    return _halo_terms(s, k, p, h_out, h_in)
+
+
+@lru_cache(maxsize=4096)
+def _halo_terms(s: int, k: int, p: int, h_out: int, h_in: int) -> HaloTerms | None:
+    def size(a: int, b: int) -> int:
+        return max(0, min(b, h_in) - max(a, 0))
+
+    w_all = float(size(-p, (h_out - 1) * s - p + k))
+    if k < s:  # the windows are disjoint: own(o) = W(o), no head or tail
+        sigma = min(size(s * o - p, s * o - p + k) for o in range(h_out))
+        return HaloTerms(w_all, ((float(sigma), 0.0),))
+    chain = boundary = None
+    for q in range(0, k - s + 1):
+        own = [(s * o - p + q, s * o - p + q + s) for o in range(h_out)]
+        sigma = min(size(a, b) for a, b in own)
+        head0 = size(-p, -p + q)
+        tail_last = size(s * (h_out - 1) - p + q + s, s * (h_out - 1) - p + k)
+        if sum(size(a, b) for a, b in own) + head0 + tail_last != w_all:
+            continue  # not the exact split of W(all) the proof needs
+        if h_out < 2:
+            cand = (float(sigma), 0.0)
+            chain = cand if chain is None or cand > chain else chain
+            continue
+        eta = min(size(s * j - p, s * j - p + q) for j in range(1, h_out))
+        tau = min(size(s * j - p + q + s, s * j - p + k) for j in range(h_out - 1))
+        gamma = min(size(max(s * e - p + q + s, own[e + 1][0]), min(s * e - p + k, own[e + 1][1]))
+                    for e in range(h_out - 1))
+        mu = min(eta, gamma)
+        c1 = (sigma - mu / h_out, float(mu))
+        c2 = (float(sigma - max(eta, tau)), float(eta + tau))
+        if chain is None or (c1[1], c1[0]) > (chain[1], chain[0]):
+            chain = c1
+        if boundary is None or (c2[1], c2[0]) > (boundary[1], boundary[0]):
+            boundary = c2
+    bounds = tuple(b for b in (chain, boundary) if b is not None)
+    return HaloTerms(w_all, bounds) if bounds else None
 
 
 def part_cap(instance: Instance, layer) -> int:
@@ -130,17 +200,14 @@ def sibling_terms(lp: _FlowLP, producer: int, sibs: list[int]) -> dict[int, floa
 
 
 class _FlowMIP:
-    """The columns of the flow LP, then one ``y`` per c column, then ``T``."""
+    """The columns of the flow LP, then the MIP's own (``new``), ``T`` last."""
 
-    def __init__(self, instance: Instance, lp: _FlowLP):
+    def __init__(self, instance: Instance, lp: _FlowLP, halo: bool = True):
         self.lp = lp
         g = instance.graph
         n_dev = len(instance.devices)
-        n = len(lp.cols)
-        keys = sorted(lp.c)
-        self.y = {key: n + i for i, key in enumerate(keys)}
-        self.n = n + len(keys) + 1
-        self.T = self.n - 1
+        self.integer: list[int] = []
+        self.n = len(lp.cols)
         rows: list[dict[int, float]] = []
         lower: list[float] = []
         upper: list[float] = []
@@ -150,14 +217,21 @@ class _FlowMIP:
             lower.append(lo)
             upper.append(hi)
 
+        def new(integer: bool = False) -> int:
+            self.n += 1
+            if integer:
+                self.integer.append(self.n - 1)
+            return self.n - 1
+
         A = lp.A
         base = [dict() for _ in range(A.m)]
         for r, col, v in zip(A.rows, A.cols, A.vals):
             base[int(r)][int(col)] = base[int(r)].get(int(col), 0.0) + float(v)
         for row, lo in zip(base, lp.b):
             add(row, float(lo))
-        for key in keys:  # c <= y
-            add({self.y[key]: 1.0, lp.c[key]: -1.0}, 0.0)
+        self.y = {key: new(True) for key in sorted(lp.c)}
+        for key, yj in self.y.items():  # c <= y
+            add({yj: 1.0, lp.c[key]: -1.0}, 0.0)
         src = None if instance.network.source.external else instance.network.source.device
         for layer in g.layers:
             ys = [self.y[layer.id, d] for d in range(n_dev) if (layer.id, d) in self.y]
@@ -186,27 +260,30 @@ class _FlowMIP:
         # outside over the cheapest link; R - Rx <= what d's group siblings computed of t
         groups = link_groups(instance)
         extra_cols: list[tuple[int, int, float]] = []  # (column, device, extra seconds at share 1)
+        cross: dict[tuple[str, int], int] = {}  # (t, d) -> the column of what d receives of t from outside its group
         bw = np.array(instance.network.bandwidth_Bps, dtype=float)
         inv = np.where(bw > 0, 1.0 / np.where(bw > 0, bw, 1.0), np.inf)
         for (t, d), col in sorted(lp.receive.items()):
             producer = g.producer(t)
-            if producer is None:
-                continue  # the input comes from its source, already priced at that link
             sibs = [e for e in groups[d] if e != d]
+            if producer is None or not sibs:
+                cross[t, d] = col  # a graph input comes from its source (priced at that link)
+                continue
             outside = [e for e in range(n_dev) if e not in groups[d]]
-            if not sibs or not outside:
-                continue
-            s_out = float(min(inv[e][d] for e in outside))
+            s_out = min((float(inv[e][d]) for e in outside), default=np.inf)
             s_any = float(min(inv[e][d] for e in range(n_dev) if e != d))
-            if not np.isfinite(s_out) or s_out <= s_any:
-                continue
-            x = self.n - 1 + len(extra_cols)
-            extra_cols.append((x, d, g.elements(t) * instance.dtype_bytes * (s_out - s_any)))
+            x = new()
+            cross[t, d] = x
+            if not np.isfinite(s_out):
+                add({x: -1.0}, 0.0)  # nothing reaches d from outside its group: Rx = 0
+            elif s_out > s_any:
+                extra_cols.append((x, d, g.elements(t) * instance.dtype_bytes * (s_out - s_any)))
             row = {col: 1.0, x: -1.0, **sibling_terms(lp, producer, sibs)}
             add(row, -np.inf, 0.0)  # R - Rx - sum_sib c[p, sib] <= 0
             add({x: -1.0, col: 1.0}, 0.0)  # Rx <= R
-        self.n += len(extra_cols)
-        self.T = self.n - 1
+        if halo:
+            self._halo(instance, groups, cross, add, new)
+        self.T = new()
         # T >= load_r: compute at a x c + o x y, transfers as in the LP
         loads = lp.loads()
         for j, (o, a) in lp.affine.items():
@@ -225,6 +302,82 @@ class _FlowMIP:
             row[self.T] = 1.0
             add(row, 0.0)
         self.rows, self.lower, self.upper = rows, np.array(lower), np.array(upper)
+
+    def _halo(self, instance: Instance, groups, cross, add, new) -> None:
+        """The group rows, group needs and halo rows of the module docstring."""
+        lp = self.lp
+        g = instance.graph
+        n_dev = len(instance.devices)
+        src = None if instance.network.source.external else instance.network.source.device
+        glist = sorted(set(groups), key=min)
+        z: dict[tuple[int, int], int] = {}
+        u: dict[tuple[int, int], int] = {}
+        for layer in g.layers:
+            for x, members in enumerate(glist):
+                ds = [d for d in sorted(members) if (layer.id, d) in self.y]
+                if not ds:
+                    continue
+                if len(members) == 1:
+                    z[layer.id, x] = self.y[layer.id, ds[0]]
+                else:
+                    z[layer.id, x] = new(True)
+                    for d in ds:
+                        add({z[layer.id, x]: 1.0, self.y[layer.id, d]: -1.0}, 0.0)  # z >= y
+                u[layer.id, x] = new()
+                for d in ds:
+                    add({u[layer.id, x]: 1.0, lp.c[layer.id, d]: -1.0}, 0.0)  # u >= c
+                add({z[layer.id, x]: 1.0, u[layer.id, x]: -1.0}, 0.0)  # u <= z
+        for layer in g.layers:
+            whole = whole_reads(instance, layer)
+            halo_ok = (not whole and reads_all_channels(instance, layer)
+                       and lp.cover.get(layer.id, 0.0) >= 1.0)
+            for t in dict.fromkeys(layer.inputs):
+                producer = g.producer(t)
+                if producer is None and t not in g.inputs:
+                    continue
+                terms = None
+                if not whole:
+                    terms = halo_terms(layer.rowdep, layer.rows, g.tensor_rows(t)) if halo_ok else None
+                    if terms is None:
+                        continue
+                h_in = g.tensor_rows(t)
+                need_sum: dict[int, float] = {}
+                for x, members in enumerate(glist):
+                    if (layer.id, x) not in z:
+                        continue
+                    if producer is None and src in members:
+                        if whole:
+                            continue
+                        n = new()
+                        add({z[layer.id, x]: 1.0, n: -1.0}, 0.0)  # n <= z
+                        need_sum[n] = 1.0
+                        continue
+                    recv = {cross[t, d]: 1.0 for d in sorted(members) if (t, d) in cross}
+                    if whole:
+                        n = z[layer.id, x]  # the group needs all of t
+                    else:
+                        n = new()
+                        add({z[layer.id, x]: 1.0, n: -1.0}, 0.0)  # n <= z
+                        need_sum[n] = 1.0
+                    if producer is None:
+                        add({**recv, n: -1.0}, 0.0)
+                        continue
+                    add({**recv, u[producer, x]: 1.0, n: -1.0}, 0.0)  # n <= u[p, X] + Rx
+                    row = dict(recv)
+                    for d in members:
+                        if (producer, d) in lp.c:
+                            row[lp.c[producer, d]] = row.get(lp.c[producer, d], 0.0) + 1.0
+                    add({**row, n: -1.0}, 0.0)  # n <= sum_X c[p, d] + Rx
+                if whole or not need_sum:
+                    continue
+                h_l = layer.rows
+                for a, beta in terms.bounds:
+                    row = {n: float(h_in) for n in need_sum}
+                    for x in range(len(glist)):
+                        if (layer.id, x) in z:
+                            row[u[layer.id, x]] = row.get(u[layer.id, x], 0.0) - a * h_l
+                            row[z[layer.id, x]] = row.get(z[layer.id, x], 0.0) - beta
+                    add(row, terms.w_all - a * h_l - beta)
 
     def solve(self, deadline: float | None) -> FlowFloor | None:
         import highspy
@@ -256,7 +409,7 @@ class _FlowMIP:
         mdl.a_matrix_.start_ = np.searchsorted(ci[order], np.arange(n + 1))
         mdl.a_matrix_.index_, mdl.a_matrix_.value_ = ri[order], vi[order]
         kinds = [highspy.HighsVarType.kContinuous] * n
-        for j in self.y.values():
+        for j in self.integer:
             kinds[j] = highspy.HighsVarType.kInteger
         mdl.integrality_ = kinds
         h = highspy.Highs()
