@@ -155,9 +155,9 @@ def _with_flow(instance: Instance, objective: str, floor: Floor, deadline: float
     if flow is not None and flow.value > floor.value:
         floor = Floor(flow.value, "flow")
     if objective == "period" and flow is not None:
-        from milp_planner.cost.flow_mip import flow_mip_floor
+        from milp_planner.cost.flow_mip import period_mip_floor
 
-        mip = flow_mip_floor(instance, deadline=deadline)  # its dual bound when stopped: still proven
+        mip = period_mip_floor(instance, deadline=deadline)  # its dual bound when stopped: still proven
         if mip is not None and mip.value > floor.value:
             floor = Floor(mip.value, "flow-mip")
     return floor

@@ -49,7 +49,8 @@ from milp_planner.instance import Instance
 
 MIP_MARGIN = 1e-6  # relative, on HiGHS's dual bound (see the module docstring)
 MIN_MIP_S = 0.2  # less time left than this: no MIP
-MIP_TIME_LIMIT = 60.0  # seconds without a deadline
+MIP_TIME_LIMIT = 20.0  # seconds without a deadline
+PLAIN_SHARE = 0.4  # of the time left: the MIP without halo rows, before the one with them
 _SCALE = 1e3  # seconds -> milliseconds inside the MIP
 
 
@@ -64,6 +65,22 @@ def flow_mip_floor(instance: Instance, deadline: float | None = None,
         return _FlowMIP(instance, lp, halo).solve(deadline)
     except _LPFailed:
         return None
+
+
+def period_mip_floor(instance: Instance, deadline: float | None = None) -> FlowFloor | None:
+    """The best of two flow MIPs within ``deadline``: without the halo rows first (smaller, often
+    solved to optimality in a second), within ``PLAIN_SHARE`` of the time left when the halo
+    MIP follows, then with them in the rest. None when neither proves anything."""
+    try:
+        lp = _FlowLP(instance)
+    except _LPFailed:
+        return None
+    left = MIP_TIME_LIMIT if deadline is None else deadline - time.perf_counter()
+    first = flow_mip_floor(instance, time.perf_counter() + PLAIN_SHARE * left, lp, halo=False)
+    second = flow_mip_floor(instance, deadline if deadline is not None else time.perf_counter() + left * (1 - PLAIN_SHARE),
+                            lp, halo=True)
+    found = [f for f in (first, second) if f is not None]
+    return max(found, key=lambda f: f.value) if found else None
 
 
 def reads_all_channels(instance: Instance, layer) -> bool:
@@ -425,8 +442,9 @@ class _FlowMIP:
                 return None
             info = h.getInfo()
             dual = float(info.mip_dual_bound)
-            primal = float(info.objective_function_value) if status == highspy.HighsModelStatus.kOptimal \
-                else float(info.mip_gap and info.objective_function_value)
+            primal = float(info.objective_function_value)
+            if not np.isfinite(primal) or primal < dual:
+                primal = float("inf")  # no plan of the MIP found
             if not np.isfinite(dual) or dual <= 0:
                 return None
             return FlowFloor(max(0.0, dual * (1 - MIP_MARGIN)) / _SCALE, primal / _SCALE)

@@ -46,7 +46,7 @@ from milp_planner.space.plan import Plan
 FALLBACK_S = 0.5  # seconds the single-device fallback may take once the time limit has run out
 IMPROVE_MARGIN_S = 0.1  # the improvement loop ends this long before the time limit (scoring, report)
 FLOOR_SHARE = 0.1  # the floors' LP (cost.flow) before the search: at most this share of the time left
-PERIOD_FLOOR_SHARE = 0.15  # the period's: the LP and the flow MIP (cost.flow_mip) together
+PERIOD_FLOOR_SHARE = 0.1  # the period's: the LP, then the flow MIPs (cost.flow_mip) in what is left of it
 FLOOR_GRACE_S = 0.25  # a floor not computed before the search: at most this long past the limit
 MEMORY_SEARCH_S = 5.0  # the memory objective's restricted searches (memory_start): at most this long
 MEMORY_SEARCH_SHARE = 0.1  # and at most this share of the time left
