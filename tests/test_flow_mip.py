@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 from test_exact import CASES as EXACT_CASES
+from test_exact import tiny
 from test_flow_floor import CASES as FLOW_CASES
 from test_flow_floor import _optimum
 
@@ -180,9 +181,9 @@ def _broken(monkeypatch, what: str) -> None:
     elif what == "overhead twice":
         real_init = fm._FlowMIP.__init__
 
-        def doubled(self, inst, lp, halo=True):
+        def doubled(self, inst, lp, halo=True, objective="period"):
             lp.affine = {j: (2 * o, a) for j, (o, a) in lp.affine.items()}
-            real_init(self, inst, lp, halo)
+            real_init(self, inst, lp, halo, objective)
         monkeypatch.setattr(fm._FlowMIP, "__init__", doubled)
 
 
@@ -217,3 +218,76 @@ def test_dp_reports_the_mip_bound():
     res = get_planner("dp").solve(inst, objective="period", time_limit=20)
     assert res.bound <= res.value * (1 + REL)
     assert res.bound >= fm.flow_mip_floor(inst).value * (1 - 1e-9) or res.info["bound_source"] in ("certified", "rounds")
+
+
+# ---- energy under memory caps
+
+
+def heavy(params=150):
+    """Three 3x3 convolutions with heavy weights (the caps bind on the weights)."""
+    layers = [conv(0, "c0", "x", "t0", (1, 2, 8, 8), params=params)]
+    for i in (1, 2):
+        layers.append(conv(i, f"c{i}", f"t{i - 1}", f"t{i}", (1, 2, 8, 8), params=params))
+    return LayerGraph("heavy", layers, {"x": (1, 1, 8, 8)}, ["t2"])
+
+
+def wide(caps):
+    """One layer too heavy for either device: the best plans split it by channels."""
+    layers = [conv(0, "c0", "x", "t0", (1, 4, 4, 4), params=400, macs=2000),
+              conv(1, "c1", "t0", "t1", (1, 4, 4, 4), params=40)]
+    graph = LayerGraph("wide", layers, {"x": (1, 1, 4, 4)}, ["t1"])
+    return make_instance(graph, [device("a", 1000, "0.01", memory=caps[0], power=(2, 1, 1)),
+                                 device("b", 1500, "0.01", memory=caps[1], power=(3, 1, 1))],
+                         bw=[[0, 200.0], [200.0, 0]], lat=0.0, search=SearchSpace(2, 2, ("equal",), ("rows", "channels")))
+
+
+CAPPED = {
+    "heavy-b400": lambda: tiny(heavy(), memory=(None, 400)),
+    "heavy-b300": lambda: tiny(heavy(), memory=(None, 300)),
+    "heavy-a450": lambda: tiny(heavy(), memory=(450, None)),
+    "heavy-b600": lambda: tiny(heavy(), memory=(None, 600)),
+    "chain-capped": lambda: tiny(chain_graph(3), memory=(None, 150)),
+    "wide-350": lambda: wide((350, 350)),
+    "wide-420-300": lambda: wide((420, 300)),
+}
+_capped_opt: dict = {}
+
+
+def capped_optimum(case: str) -> float:
+    if case not in _capped_opt:
+        res = get_planner("bruteforce").solve(CAPPED[case](), objective="energy")
+        assert res.status == "optimal", res.message
+        _capped_opt[case] = res.value
+    return _capped_opt[case]
+
+
+@pytest.mark.parametrize("case", sorted(CAPPED))
+def test_the_energy_mip_is_below_the_capped_optimum(case):
+    inst = CAPPED[case]()
+    got = fm.mip_floor(inst, "energy")
+    assert got is not None and got.value <= capped_optimum(case) * (1 + REL), (case, got, capped_optimum(case))
+    assert got.value >= flow_floor(inst, "energy").value * (1 - 1e-4)  # the MIP margin
+    assert lower_floor(inst, "energy").value <= capped_optimum(case) * (1 + REL)
+
+
+@pytest.mark.parametrize("case", ["flow-chain-2", "flow-residual-3", "flow-fc", "exact-residual-external", "extra-rows3"])
+def test_the_energy_mip_is_below_the_uncapped_optimum(case):
+    inst = ALL[case]()
+    assert fm.mip_floor(inst, "energy").value <= _optimum(inst, "energy") * (1 + REL)
+
+
+def test_the_caps_raise_the_energy_bound():
+    inst = CAPPED["heavy-b300"]()
+    lp, mip = flow_floor(inst, "energy").value, fm.mip_floor(inst, "energy").value
+    assert mip > lp * 1.1, (lp, mip, capped_optimum("heavy-b300"))
+    floor = lower_floor(inst, "energy")
+    assert floor.source == "flow-mip" and floor.value == mip
+
+
+def test_channel_parts_charged_whole_weights_break_the_bound(monkeypatch):
+    """The optimum splits the heavy layer by channels to fit both caps: charging a channel part
+    the layer's whole weights leaves no plan (or a bound above the optimum)."""
+    best = capped_optimum("wide-350")
+    monkeypatch.setattr(fm, "stored_weights", lambda inst, layer: (0.0, layer.params * float(inst.dtype_bytes)))
+    got = fm.mip_floor(CAPPED["wide-350"](), "energy")
+    assert got is None or got.value > best * (1 + 1e-6)

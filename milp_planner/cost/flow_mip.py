@@ -20,20 +20,61 @@ share. This MIP adds, per layer l and device d, a binary ``y[l, d]`` (d computes
   receives all of t but what it computed of t's producer: ``R[t, d] >= y[l, d] - c[p, d]``
   (a graph input: ``>= y[l, d]`` off the source device).
 
+- **link groups** (``link_groups``): devices joined by the fastest links that still split the
+  fleet (AutoDiCE's boards: CPU and GPU at 10 GB/s, Gigabit between boards). A device
+  receives only from owners, and an owner owns only what it computed
+  (``cost.evaluator.price_stage``), so what d receives of t from inside its group is at most
+  what its group siblings computed of t's producer p: ``R[t, d] - Rx[t, d] <= sum_sib c[p, sib]``,
+  ``Rx[t, d]`` (from outside the group) priced at the cheapest link from outside.
+
+**Halo rows** (``halo=True``). Let a layer l (every row of it needed, ``m_l = 1``; a ``window``
+or ``identity`` row dependency; every part reads every channel of the rows it needs) read a
+tensor t of ``h_t`` rows; ``W(o) = [s o - p, s o - p + K)`` the input rows of output row o
+(``K = (kernel - 1) dilation + 1 >= s``), clipped to ``[0, h_t)``. Fix ``q`` in ``[0, K - s]``
+and split ``W(o)`` into ``head(o) = [s o - p, s o - p + q)``, ``own(o) = [s o - p + q, s o - p + q + s)``
+and ``tail(o)``, the rest. The own rows of distinct o are disjoint, so for any set F of output
+rows ``|W(F)| >= sum_{o in F} |own(o)| + |head(min F)| + |tail(max F)|`` (heads below every
+own row of F, tails above), plus, when F has a gap after its row e,
+``|tail(e) & own(e + 1)|`` (rows of an own row not in F); and ``W(all rows)`` is exactly
+``head(0)``, every own row and ``tail(h_l - 1)``. For the row sets ``F_X`` a plan computes on
+the ``b`` groups X that compute any of l (covering every row; ``M = sum_X |F_X|``), with
+``sigma`` the least own row, ``eta`` / ``tau`` the least head / tail not at the border and
+``gamma`` the least gap term:
+
+- ``sum_X |W(F_X)| - |W(all)| >= sigma (M - h_l) + (b - 1) mu - mu (M - h_l) / h_l``,
+  ``mu = min(eta, gamma)``: a group that does not compute every row has a head, a tail or a gap
+  term beyond the border ones, except the groups that compute every row, whose rows beyond
+  the first such group count ``h_l`` each in ``M - h_l``;
+- ``sum_X |W(F_X)| - |W(all)| >= (sigma - max(eta, tau)) (M - h_l) + (eta + tau) (b - 1)``:
+  the ``a0`` groups holding row 0 and the ``a1`` holding the last row miss a head or a tail,
+  and ``(a0 - 1) + (a1 - 1) <= M - h_l`` (those rows are computed more than once).
+
+Each group needs every channel of ``W(F_X)``, and holds only what its devices computed of p or
+received from outside: per group, ``n[l, t, X] <= u[p, X] + sum_{d in X} Rx[t, d]`` and
+``<= sum_{d in X} (c[p, d] + Rx[t, d])``, ``n <= z[l, X]``, where ``u[l, X] = |F_X| / h_l``
+(``>= c[l, d]`` for d in X, ``<= z``) and ``z[l, X]`` says X computes some of l (``>= y[l, d]``).
+With ``h_t x sum_X n`` in the left-hand sides above and ``h_l x sum_X u`` for ``M``, a row split
+over b groups pays ``(b - 1)`` boundaries' halo rows received across groups or computed twice,
+and rows computed twice make the producer's own input needed more than once: the redundant
+rows of a fused stage propagate. ``halo_terms`` picks ``q`` per bound (exactly, over the
+rows); a whole-read layer needs all of t per group (``z[l, X] <= u[p, X] + Rx``).
+
 Everything else is the flow LP's (coverage, read ratios, the gather, cheapest links); the
 MIP's optimum ``min T, T >= load_d`` (compute plus receive seconds of each device, with a
 shared medium one more row carrying every transfer) is a lower bound on every plan's period,
-and so is HiGHS's dual bound when the time limit stops it.
+and so is HiGHS's dual bound when the time limit stops it. What it does not see: the split
+families (any share is allowed), the fusion limit, message latencies.
 
 Safety against solver tolerances: a MIP's dual bound cannot be recomputed from duals (the
-branching tree holds it), so the reported value is the dual bound lowered by a relative
-``MIP_MARGIN`` (1e-6, a hundred times the primal feasibility tolerance of 1e-7 on rows scaled
-to milliseconds with coefficients of order 1-100: the largest a tolerance can move ``T``), and
-only reported when it beats the flow LP's own (dual-recomputed) bound. Times are scaled to
-milliseconds in the MIP so that the tolerances are relative to the period, not to seconds.
+branching tree holds it). Times are in milliseconds inside the MIP, and the reported value is
+HiGHS's dual bound lowered by a relative ``MIP_MARGIN`` (1e-6) and by ten times HiGHS's MIP
+feasibility tolerance (1e-6) times the largest load coefficient (the most a row violated
+within the tolerances can lower ``T``); it is only reported when it beats the flow LP's own
+bound (recomputed from duals).
 
 Identical devices make HiGHS's tree symmetric; HiGHS detects and uses such symmetry itself
-(``mip_detect_symmetry``, on by default), which this module relies on.
+(``mip_detect_symmetry``, on by default), which this module relies on. ``mip_floor``
+solves the MIP without the halo rows first (smaller), then with them, and keeps the better.
 """
 
 from __future__ import annotations
@@ -49,26 +90,27 @@ from milp_planner.instance import Instance
 
 MIP_MARGIN = 1e-6  # relative, on HiGHS's dual bound (see the module docstring)
 MIN_MIP_S = 0.2  # less time left than this: no MIP
-MIP_TIME_LIMIT = 20.0  # seconds without a deadline
+MIP_TIME_LIMIT = 5.0  # seconds without a deadline (both MIPs together)
 PLAIN_SHARE = 0.4  # of the time left: the MIP without halo rows, before the one with them
 _SCALE = 1e3  # seconds -> milliseconds inside the MIP
 
 
 def flow_mip_floor(instance: Instance, deadline: float | None = None,
-                   lp: _FlowLP | None = None, halo: bool = True) -> FlowFloor | None:
+                   lp: _FlowLP | None = None, halo: bool = True, objective: str = "period") -> FlowFloor | None:
     """The flow MIP's proven period bound (``value``) and the MIP's best plan value found
     (``lp_value``, inf when none), or None when there is no time (``deadline``, a
     ``time.perf_counter()`` value) or HiGHS fails."""
     try:
         if lp is None:
             lp = _FlowLP(instance)
-        return _FlowMIP(instance, lp, halo).solve(deadline)
+        return _FlowMIP(instance, lp, halo, objective).solve(deadline)
     except _LPFailed:
         return None
 
 
-def period_mip_floor(instance: Instance, deadline: float | None = None) -> FlowFloor | None:
-    """The best of two flow MIPs within ``deadline``: without the halo rows first (smaller, often
+def mip_floor(instance: Instance, objective: str = "period", deadline: float | None = None) -> FlowFloor | None:
+    """The best of two flow MIPs of ``objective`` (``period``, or ``energy``: with the memory
+    caps) within ``deadline``: without the halo rows first (smaller, often
     solved to optimality in a second), within ``PLAIN_SHARE`` of the time left when the halo
     MIP follows, then with them in the rest. None when neither proves anything."""
     try:
@@ -76,11 +118,23 @@ def period_mip_floor(instance: Instance, deadline: float | None = None) -> FlowF
     except _LPFailed:
         return None
     left = MIP_TIME_LIMIT if deadline is None else deadline - time.perf_counter()
-    first = flow_mip_floor(instance, time.perf_counter() + PLAIN_SHARE * left, lp, halo=False)
+    first = flow_mip_floor(instance, time.perf_counter() + PLAIN_SHARE * left, lp, halo=False, objective=objective)
     second = flow_mip_floor(instance, deadline if deadline is not None else time.perf_counter() + left * (1 - PLAIN_SHARE),
-                            lp, halo=True)
+                            lp, halo=True, objective=objective)
     found = [f for f in (first, second) if f is not None]
     return max(found, key=lambda f: f.value) if found else None
+
+
+def stored_weights(instance: Instance, layer) -> tuple[float, float]:
+    """``(per_c, per_y)``: a device computing a share ``c`` of ``layer`` stores at least
+    ``per_c x c + per_y`` bytes of its weights (``per_y`` when it computes any): the whole
+    weights, or, when some plan splits the layer by channels, its share rounded half up
+    (``cost.evaluator``, ``weight_bytes``), so at least the share less half an element."""
+    s = instance.search
+    dt = float(instance.dtype_bytes)
+    if "channels" in s.axes and layer.channel_splittable and min(s.max_parts, len(instance.devices)) >= 2:
+        return layer.params * dt, -0.5 * dt
+    return 0.0, layer.params * dt
 
 
 def reads_all_channels(instance: Instance, layer) -> bool:
@@ -219,8 +273,9 @@ def sibling_terms(lp: _FlowLP, producer: int, sibs: list[int]) -> dict[int, floa
 class _FlowMIP:
     """The columns of the flow LP, then the MIP's own (``new``), ``T`` last."""
 
-    def __init__(self, instance: Instance, lp: _FlowLP, halo: bool = True):
+    def __init__(self, instance: Instance, lp: _FlowLP, halo: bool = True, objective: str = "period"):
         self.lp = lp
+        self.objective = objective
         g = instance.graph
         n_dev = len(instance.devices)
         self.integer: list[int] = []
@@ -280,6 +335,9 @@ class _FlowMIP:
         cross: dict[tuple[str, int], int] = {}  # (t, d) -> the column of what d receives of t from outside its group
         bw = np.array(instance.network.bandwidth_Bps, dtype=float)
         inv = np.where(bw > 0, 1.0 / np.where(bw > 0, bw, 1.0), np.inf)
+        tx = np.array([float(dev.power.tx_w) for dev in instance.devices])
+        rx = np.array([float(dev.power.rx_w) for dev in instance.devices])
+        extra_joules: dict[int, float] = {}  # Rx column -> extra joules at share 1
         for (t, d), col in sorted(lp.receive.items()):
             producer = g.producer(t)
             sibs = [e for e in groups[d] if e != d]
@@ -295,11 +353,20 @@ class _FlowMIP:
                 add({x: -1.0}, 0.0)  # nothing reaches d from outside its group: Rx = 0
             elif s_out > s_any:
                 extra_cols.append((x, d, g.elements(t) * instance.dtype_bytes * (s_out - s_any)))
+            j_out = min((float((tx[e] + rx[d]) * inv[e][d]) for e in outside), default=np.inf)
+            j_any = float(min((tx[e] + rx[d]) * inv[e][d] for e in range(n_dev) if e != d))
+            if np.isfinite(j_out) and j_out > j_any:
+                extra_joules[x] = g.elements(t) * instance.dtype_bytes * (j_out - j_any)
             row = {col: 1.0, x: -1.0, **sibling_terms(lp, producer, sibs)}
             add(row, -np.inf, 0.0)  # R - Rx - sum_sib c[p, sib] <= 0
             add({x: -1.0, col: 1.0}, 0.0)  # Rx <= R
         if halo:
             self._halo(instance, groups, cross, add, new)
+        if objective == "energy":
+            self._energy(instance, extra_joules, add)
+            self.rows, self.lower, self.upper = rows, np.array(lower), np.array(upper)
+            self.max_coef = float(np.max(np.abs(self.cost))) if self.cost.size else 1.0
+            return
         self.T = new()
         # T >= load_r: compute at a x c + o x y, transfers as in the LP
         loads = lp.loads()
@@ -319,6 +386,43 @@ class _FlowMIP:
             row[self.T] = 1.0
             add(row, 0.0)
         self.rows, self.lower, self.upper = rows, np.array(lower), np.array(upper)
+        self.max_coef = max((abs(v) for j in range(loads.shape[0]) for v in rows[-1 - j].values()), default=1.0)
+
+    def _energy(self, instance: Instance, extra_joules: dict[int, float], add) -> None:
+        """The energy objective (joules in millijoules): the LP's, with compute at
+        ``power x (a c + o y)`` and the cross-group receives' extra; and the memory caps: a
+        device stores at least each computed layer's weights, its share ``c`` of them (less
+        half an element, the rounding) when some plan splits the layer by channels."""
+        lp = self.lp
+        g = instance.graph
+        self.T = None
+        cost = np.zeros(self.n)
+        cost[: len(lp.cols)] = [col.joules for col in lp.cols]
+        power = [float(dev.power.compute_w) for dev in instance.devices]
+        for (lid, d), j in lp.c.items():
+            o, a = lp.affine[j]
+            cost[j] = power[d] * a
+            cost[self.y[lid, d]] = power[d] * o
+        for x, jl in extra_joules.items():
+            cost[x] = jl
+        self.cost = cost * _SCALE
+        if not instance.constraints.memory:
+            return
+        for d, dev in enumerate(instance.devices):
+            cap = dev.memory_bytes
+            if cap is None:
+                continue
+            row: dict[int, float] = {}
+            for layer in g.layers:
+                if (layer.id, d) not in lp.c or layer.params <= 0:
+                    continue
+                per_c, per_y = stored_weights(instance, layer)
+                if per_c:
+                    row[lp.c[layer.id, d]] = per_c
+                row[self.y[layer.id, d]] = per_y
+            if row:
+                scale = 1.0 / float(cap)  # rows in units of the cap
+                add({j: v * scale for j, v in row.items()}, -np.inf, 1.0)
 
     def _halo(self, instance: Instance, groups, cross, add, new) -> None:
         """The group rows, group needs and halo rows of the module docstring."""
@@ -414,11 +518,15 @@ class _FlowMIP:
         inf = highspy.kHighsInf
         mdl = highspy.HighsLp()
         mdl.num_col_, mdl.num_row_ = n, m
-        cost = np.zeros(n)
-        cost[self.T] = 1.0
+        if self.T is None:
+            cost = self.cost
+            upper = np.ones(n)
+        else:
+            cost = np.zeros(n)
+            cost[self.T] = 1.0
+            upper = np.ones(n)
+            upper[self.T] = inf
         mdl.col_cost_ = cost
-        upper = np.ones(n)
-        upper[self.T] = inf
         mdl.col_lower_, mdl.col_upper_ = np.zeros(n), upper
         mdl.row_lower_ = np.where(np.isfinite(self.lower), self.lower, -inf)
         mdl.row_upper_ = np.where(np.isfinite(self.upper), self.upper, inf)
@@ -447,7 +555,8 @@ class _FlowMIP:
                 primal = float("inf")  # no plan of the MIP found
             if not np.isfinite(dual) or dual <= 0:
                 return None
-            return FlowFloor(max(0.0, dual * (1 - MIP_MARGIN)) / _SCALE, primal / _SCALE)
+            slack = 10 * 1e-6 * self.max_coef  # ten times the MIP feasibility tolerance, per unit of T
+            return FlowFloor(max(0.0, dual * (1 - MIP_MARGIN) - slack) / _SCALE, primal / _SCALE)
         except Exception:  # noqa: BLE001 - a failed MIP only loses the floor
             return None
         finally:
