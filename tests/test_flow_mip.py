@@ -246,6 +246,7 @@ CAPPED = {
     "heavy-b300": lambda: tiny(heavy(), memory=(None, 300)),
     "heavy-a450": lambda: tiny(heavy(), memory=(450, None)),
     "heavy-b600": lambda: tiny(heavy(), memory=(None, 600)),
+    "heavy-b0": lambda: tiny(heavy(), memory=(None, 0)),  # b can store nothing
     "chain-capped": lambda: tiny(chain_graph(3), memory=(None, 150)),
     "wide-350": lambda: wide((350, 350)),
     "wide-420-300": lambda: wide((420, 300)),

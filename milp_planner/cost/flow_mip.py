@@ -421,8 +421,8 @@ class _FlowMIP:
                     row[lp.c[layer.id, d]] = per_c
                 row[self.y[layer.id, d]] = per_y
             if row:
-                scale = 1.0 / float(cap)  # rows in units of the cap
-                add({j: v * scale for j, v in row.items()}, -np.inf, 1.0)
+                scale = 1.0 / float(cap) if cap > 0 else 1.0  # rows in units of the cap
+                add({j: v * scale for j, v in row.items()}, -np.inf, 1.0 if cap > 0 else 0.0)
 
     def _halo(self, instance: Instance, groups, cross, add, new) -> None:
         """The group rows, group needs and halo rows of the module docstring."""
