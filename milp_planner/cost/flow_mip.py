@@ -106,6 +106,8 @@ def flow_mip_floor(instance: Instance, deadline: float | None = None,
         return _FlowMIP(instance, lp, halo, objective).solve(deadline)
     except _LPFailed:
         return None
+    except (ValueError, KeyError, IndexError, ZeroDivisionError, MemoryError):  # a failed MIP only loses the floor
+        return None
 
 
 def mip_floor(instance: Instance, objective: str = "period", deadline: float | None = None) -> FlowFloor | None:
@@ -483,7 +485,8 @@ class _FlowMIP:
                     if producer is None:
                         add({**recv, n: -1.0}, 0.0)
                         continue
-                    add({**recv, u[producer, x]: 1.0, n: -1.0}, 0.0)  # n <= u[p, X] + Rx
+                    if (producer, x) in u:
+                        add({**recv, u[producer, x]: 1.0, n: -1.0}, 0.0)  # n <= u[p, X] + Rx
                     row = dict(recv)
                     for d in members:
                         if (producer, d) in lp.c:
