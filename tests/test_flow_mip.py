@@ -292,3 +292,15 @@ def test_channel_parts_charged_whole_weights_break_the_bound(monkeypatch):
     monkeypatch.setattr(fm, "stored_weights", lambda inst, layer: (0.0, layer.params * float(inst.dtype_bytes)))
     got = fm.mip_floor(CAPPED["wide-350"](), "energy")
     assert got is None or got.value > best * (1 + 1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("objective", ["period", "energy"])
+def test_the_mip_is_below_the_residual_example(objective):
+    from test_flow_floor import EXAMPLES
+
+    from milp_planner.instance.reader import load_instance
+
+    inst = load_instance(EXAMPLES / "tiny-residual-3dev.yaml")
+    got = fm.mip_floor(inst, objective)
+    assert got is not None and got.value <= _optimum(inst, objective) * (1 + REL)
