@@ -40,7 +40,10 @@ Why the bounds hold (docs/model.md section 4):
 - *Flow* (energy and period, ``milp_planner.cost.flow``): an LP over the share of each layer
   every device computes, which also counts the transfers those shares force (the model input
   from the source, each tensor a device reads but did not compute, the gather); reported as
-  ``flow`` when it beats the floors above.
+  ``flow`` when it beats the floors above. For the period, and for the energy under memory
+  caps, the flow MIP (``milp_planner.cost.flow_mip``: each device's part of a layer discrete,
+  the halo rows of row splits, the caps on the weights a device stores) follows within the
+  same deadline, reported as ``flow-mip`` when higher.
 - *Memory* (the largest device): the devices together store every weight of every computed layer
   (a channel part its share, rounded half up, so at least ``params - max_parts / 2`` elements),
   and during the stage that computes a layer l their working sets together hold at least its
@@ -73,7 +76,7 @@ class Floor(NamedTuple):
     """A lower bound on an objective over every plan, and which argument gave it."""
 
     value: float
-    source: str  # "fluid" | "compute-only" | "flow" | "weights" | "none"
+    source: str  # "fluid" | "compute-only" | "flow" | "flow-mip" | "weights" | "none"
 
 
 class _Affine(NamedTuple):
@@ -151,7 +154,14 @@ def _with_flow(instance: Instance, objective: str, floor: Floor, deadline: float
     if flow is None and deadline is not None:
         whole[0] = False
     if flow is not None and flow.value > floor.value:
-        return Floor(flow.value, "flow")
+        floor = Floor(flow.value, "flow")
+    capped = instance.constraints.memory and any(d.memory_bytes is not None for d in instance.devices)
+    if flow is not None and (objective == "period" or capped):
+        from milp_planner.cost.flow_mip import mip_floor
+
+        mip = mip_floor(instance, objective, deadline=deadline)  # its dual bound when stopped: still proven
+        if mip is not None and mip.value > floor.value:
+            floor = Floor(mip.value, "flow-mip")
     return floor
 
 

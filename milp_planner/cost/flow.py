@@ -148,6 +148,10 @@ class _FlowLP:
         joule_in = ((tx[:, None] + rx[None, :]) * inv).min(axis=0) if n_dev > 1 else np.full(n_dev, np.inf)
 
         c: dict[tuple[int, int], int] = {}
+        self.c = c  # (layer, device) -> the column of c[l, d]
+        self.affine: dict[int, tuple[float, float]] = {}  # c's column -> (overhead, slope) of g
+        self.receive: dict[tuple[str, int], int] = {}  # (tensor, device) -> the column of R[t, d]
+        self.cover = cover
         for layer in g.layers:
             m = cover.get(layer.id, 0.0)
             if m <= 0:
@@ -156,6 +160,7 @@ class _FlowLP:
                 fl = times[d][layer.id]
                 slope = max(fl.overhead, 0.0) + fl.slope  # the chord: o + a c >= (o + a) c on [0, 1]
                 c[layer.id, d] = new_col("compute", d, slope, float(power[d]) * slope)
+                self.affine[c[layer.id, d]] = (max(fl.overhead, 0.0), max(fl.slope, 0.0))
         A_rows: list[dict[int, float]] = []
         b: list[float] = []
         for layer in g.layers:  # coverage
@@ -192,6 +197,7 @@ class _FlowLP:
                         continue
                     if col is None:
                         col = new_col("receive", d, nbytes * s_b, nbytes * e_b)
+                        self.receive[t, d] = col
                     row = {col: 1.0, c[reader.id, d]: -alpha}
                     if producer is not None and (producer, d) in c:
                         row[c[producer, d]] = row.get(c[producer, d], 0.0) + 1.0

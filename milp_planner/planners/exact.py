@@ -46,6 +46,7 @@ from milp_planner.space.plan import Plan
 FALLBACK_S = 0.5  # seconds the single-device fallback may take once the time limit has run out
 IMPROVE_MARGIN_S = 0.1  # the improvement loop ends this long before the time limit (scoring, report)
 FLOOR_SHARE = 0.1  # the floors' LP (cost.flow) before the search: at most this share of the time left
+PERIOD_FLOOR_SHARE = 0.1  # the period's: the LP, then the flow MIPs (cost.flow_mip) in what is left of it
 FLOOR_GRACE_S = 0.25  # a floor not computed before the search: at most this long past the limit
 MEMORY_SEARCH_S = 5.0  # the memory objective's restricted searches (memory_start): at most this long
 MEMORY_SEARCH_SHARE = 0.1  # and at most this share of the time left
@@ -179,7 +180,7 @@ class ExactPlanner(Planner):
         - ``rounds``: the rounds' proven bound (layout relaxation and bounded enumeration);
         - ``coarse``: the coarse relaxation's bound (``formulations.coarse``), the full one having
           refused or run out of its share of the time;
-        - ``fluid`` / ``compute-only`` / ``flow`` / ``weights``: a floor of ``milp_planner.cost.floors``, valid
+        - ``fluid`` / ``compute-only`` / ``flow`` / ``flow-mip`` / ``weights``: a floor of ``milp_planner.cost.floors``, valid
           for every plan, when it beats what the rounds proved;
         - ``enumeration``: bruteforce saw every plan; ``none``: no bound (proven infeasible, or
           bruteforce stopped early).
@@ -285,8 +286,9 @@ class ExactPlanner(Planner):
         if start is None or start.start is None or not math.isfinite(start.start.value):
             return None
         left = ctx.remaining()
+        share = PERIOD_FLOOR_SHARE if ctx.objective == "period" else FLOOR_SHARE
         floor = lower_floor(instance, ctx.objective,
-                            deadline=None if left is None else time.perf_counter() + FLOOR_SHARE * left)
+                            deadline=None if left is None else time.perf_counter() + share * left)
         if floor.value < start.start.value * (1 - OPTIMAL_GAP):
             return None
         return PlanResult(self.name, "feasible", ctx.objective, plan=start.start.plan, bound=floor.value,

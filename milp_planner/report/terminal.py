@@ -147,6 +147,9 @@ _FLOOR_TEXT = {
                     "fastest device (energy: each layer at its least energy), communication free",
     "flow": "flow floor: an LP over the share of each layer every device computes, with the transfers "
             "those shares force (the input from the source, tensors read but not computed, the gather)",
+    "flow-mip": "flow MIP: the flow floor with each device's part of a layer discrete (its overhead paid "
+                "whole, at most max_parts parts, whole inputs read whole, receives from outside a "
+                "device's link group at those links)",
     "weights": "memory floor: every weight and every needed output row stored somewhere, spread evenly",
     "coarse": "coarse layout relaxation: the newest tensor's layout only (other tensors read free), "
               "devices merged into fewer types when they have too many orders",
@@ -155,7 +158,7 @@ _FLOOR_TEXT = {
 
 def bound_source(result) -> str | None:
     """Where ``result.bound`` comes from, as a short code (``solve --json`` prints it):
-    ``certified``, ``rounds``, ``coarse``, ``fluid``, ``compute-only``, ``flow``, ``weights`` (exact planners, decided
+    ``certified``, ``rounds``, ``coarse``, ``fluid``, ``compute-only``, ``flow``, ``flow-mip``, ``weights`` (exact planners, decided
     by ``ExactPlanner.settle_bound``), ``enumeration`` (bruteforce), ``lp-relaxation``
     (lp-round), ``none``; None for planners that prove nothing."""
     info = result.info or {}
