@@ -234,7 +234,6 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         cap = max_arcs if not math.isfinite(upper) or jump else min(max_arcs, max(budget, 4 * prev_arcs))
         if not minmax:  # (a min-max round is within the incumbent or a bisection step)
             cap = min(cap, max(FIRST_CAP, 16 * prev_arcs, retry_cap))
-        cap = max(cap, min(max_arcs, retry_cap))  # a round retried larger (ties within a tiny step)
         now = time.perf_counter()
         trying = first_try and st.rounds == 1
         if trying:
@@ -266,12 +265,10 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             if jump:
                 jump, upper = False, done_upper * (1 + growth)
                 continue
-            if math.isfinite(upper) and cap < max_arcs and upper <= done_upper * (1 + TINY_STEP):
-                # many plans tie within a tiny step (interchangeable devices): a larger round, up
-                # to ``max_arcs`` (under tight caps the rounds before it can be tiny: VGG-19 on 4
-                # boards under period <= 42.18 ms, minimising energy, enumerated about 2,200 arcs
-                # a round, then more than 60,000 within a step of 1e-6)
-                retry_cap = min(max_arcs, 4 * cap)
+            if math.isfinite(upper) and cap < min(max_arcs, max(budget, 4 * prev_arcs)) and \
+                    upper <= done_upper * (1 + TINY_STEP):
+                # many plans tie within a tiny step (interchangeable devices): a larger round
+                retry_cap = 4 * cap
                 continue
             if math.isfinite(upper) and cap < max_arcs and upper > done_upper * (1 + 1e-7):
                 # too many plans within this bound for one round: try halfway back

@@ -265,7 +265,7 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
     capf = _CapFloors.of(instance, pr) if drop_overflow and not canonical else None
     if capf is not None and capf.load:
         exact.loads = True
-    sums: list = []  # per node: the least capped sums over the paths enumerated to it (``_CapFloors``)
+    sums: list = []  # per node: labels of its prefixes' floor and capped sums (``_CapFloors``)
 
     def node(b, state, used):
         key = (b, state, used)
@@ -281,7 +281,7 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
     source = node(0, init, expander.start())
     prefix[source] = 0.0
     if capf is not None:
-        sums[source] = np.zeros(capf.width)
+        sums[source] = [np.zeros((1, 1 + capf.width))]
     outside = math.inf  # the least floor of a partial plan pruned
     frontier: dict[int, set[int]] = {0: {source}}
     arcs: list[Arc] = []
@@ -341,11 +341,19 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                     outside = min(outside, gs + (float(near.vals[k]) if k < len(near.vals) else near.beyond))
                 if capf is None:
                     sel, rows = slice(0, k), None
-                else:  # the options no plan within the caps takes are left out (``_CapFloors``)
-                    here = sums[nid]
-                    sel = np.flatnonzero(((here + near.adds[:k] + near.needs[:k]) <= capf.limit).all(axis=1))
+                else:  # the options no plan within the caps and ``slack`` takes are left out (``_CapFloors``)
+                    here = sums[nid] = capf.labels(sums[nid], slack)
+                    capfit = ((here[None, :, 1:] + (near.adds[:k] + near.needs[:k])[:, None, :])
+                              <= capf.limit).all(axis=2)  # (options, labels)
+                    cost = here[None, :, 0] + near.vals[:k, None]
+                    fits = capfit & (cost <= slack)
+                    over = capfit & ~fits
+                    if over.any():  # within the caps but beyond the bound: a floor of what is left out
+                        outside = min(outside, float(cost[over].min()))
+                    sel = np.flatnonzero(fits.any(axis=1))
                     capf.pruned += k - len(sel)
-                    rows = here + near.adds[sel]
+                    step = np.column_stack([near.floor[sel], near.adds[sel]])
+                    rows = [here[fits[i]] + step[j] for j, i in enumerate(sel.tolist())]
                 for j, (oi, devs, f) in enumerate(zip(near.src[sel].tolist(), near.devices[sel].tolist(),
                                                       near.floor[sel].tolist())):
                     seen += 1
@@ -365,7 +373,13 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                     if gs + f < prefix[head]:
                         prefix[head] = gs + f
                     if rows is not None:
-                        sums[head] = rows[j] if sums[head] is None else np.minimum(sums[head], rows[j])
+                        got = sums[head]
+                        if got is None:
+                            sums[head] = [rows[j]]
+                        else:
+                            got.append(rows[j])
+                            if len(got) >= 4 * LABELS:
+                                sums[head] = [capf.labels(got, slack)]
                     frontier.setdefault(e + 1, set()).add(head)
                     pending.append(_Pending(nid, head, tab, oi, devs, owners, hit))
                     floors.append(f)
@@ -687,20 +701,31 @@ class _ExactFloors:
         return (comp + r).sum(axis=1) / self.n_dev
 
 
+LABELS = 16  # most labels a node keeps (``_CapFloors``)
+
+
 class _CapFloors:
     """Floors of the per-device sums the instance's caps limit, to leave out during the
     enumeration the arcs that no plan within the caps can take.
 
     A period cap limits every device's load (compute + receive seconds) summed over the plan's
     stages; a memory cap every device's weights summed over them plus its largest working set.
-    Each node keeps, per device, the least of these sums over the paths enumerated to it
-    (``prefix``); an option from the node whose parts add ``adds`` (their loads lowered by a
-    relative 1e-9, their weights) and need ``needs`` beside them in the stage (the working set
-    of a part: at least what it reads and computes, ``relaxation.part_need``) is left out when
-    ``prefix + adds + needs`` exceeds a device's cap (the evaluator's slack kept): every path
-    through it has at least those sums on that device, and the suffix adds nothing negative.
-    Every plan within the caps keeps all its arcs (by induction over the boundaries: its prefix
-    is one of the paths the node's sums are the least over). Not for the ``canonical``
+    Each node keeps labels: vectors (the prefix's floor of the objective, then these sums, one
+    per device and cap) such that every path enumerated to the node is at least one label in
+    every entry: the undominated vectors of its prefixes, at most ``LABELS`` of them (beyond
+    that, the rest are merged into their least per entry, a lower bound of each). An option
+    from the node whose parts add ``adds`` (their loads lowered by a relative 1e-9, their
+    weights) and need ``needs`` beside them in the stage (the working set of a part: at least
+    what it reads and computes, ``relaxation.part_need``) fits a label when ``label + adds +
+    needs`` is within every device's cap (the evaluator's slack kept) and the label's floor plus
+    the option's floor and bound after is within the enumeration's bound. An option that fits
+    no label is left out: every path through it breaks a cap (the suffix adds nothing
+    negative) or the bound (then its least floor over the labels within the caps joins
+    ``outside``). Its head gets ``label + (floor, adds)`` for the labels it fits. Every plan
+    within the caps and the bound keeps all its arcs (by induction over the boundaries: its
+    prefix is at least some label of the node, which its next arc fits). Pricing the objective
+    and the capped sums together is what prunes: the cheap prefixes load one device, the
+    prefixes that spread the load pay for the transfers. Not for the ``canonical``
     reduction, whose per-device data are in each arc's own frame. A shared medium's summed
     transfers are not counted (a weaker floor, still a proof)."""
 
@@ -730,6 +755,27 @@ class _CapFloors:
         if load_cap is None and mem is None:
             return None
         return _CapFloors(instance, pr, load_cap, mem)
+
+    def labels(self, parts, bound: float) -> np.ndarray:
+        """The labels of ``parts`` (a list of label arrays): the undominated rows, at most
+        ``LABELS`` (the rows past the ``LABELS - 1`` of least total, each entry relative to its
+        limit, merged into their least per entry). ``bound``: the objective's (its scale)."""
+        if isinstance(parts, np.ndarray):  # (labels already)
+            return parts
+        rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if len(rows) <= 1:
+            return rows
+        rows = np.unique(rows, axis=0)
+        le = (rows[:, None, :] <= rows[None, :, :]).all(axis=2)  # le[i, j]: row i <= row j
+        np.fill_diagonal(le, False)
+        rows = rows[~le.any(axis=0)]  # (distinct rows: i <= j with i != j drops j)
+        if len(rows) > LABELS:
+            lim = np.concatenate([[bound], self.limit])
+            scale = np.where(np.isfinite(lim) & (lim > 0), lim, 1.0)
+            order = np.argsort((rows / scale).sum(axis=1), kind="stable")
+            rest = rows[order[LABELS - 1:]].min(axis=0)
+            rows = np.vstack([rows[order[:LABELS - 1]], rest[None, :]])
+        return rows
 
     def _part_table(self, tab: StageTable, kmax: int):
         hit = self.parts.get(id(tab))
