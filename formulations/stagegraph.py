@@ -331,7 +331,10 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                     if ctx is None:
                         ctx = expander.context(used, owners)
                     # the options a bound up to 1 % larger would look at, sorted (for later rounds)
-                    thr = need + 0.01 * slack if bounded else math.inf
+                    # (under caps 0.1 %: the labels, not the bound, limit the graph, and the options
+                    # a loose bound lets in are many: VGG-19 on 4 boards under period <= 39.25 ms
+                    # held 5 GB of them at 1 %)
+                    thr = need + (0.001 if capf is not None else 0.01) * slack if bounded else math.inf
                     near = _near_options(exact, expander, _after(bounds, tab, e, ci), tab, owners, ctx, thr,
                                          check, capf)
                     if bounded:
@@ -343,7 +346,8 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                     sel, rows = slice(0, k), None
                 else:  # the options no plan within the caps and ``slack`` takes are left out (``_CapFloors``)
                     here = sums[nid] = capf.labels(sums[nid], slack)
-                    capfit = ((here[None, :, 1:] + (near.adds[:k] + near.needs[:k])[:, None, :])
+                    adds, needs = capf.steps(near, tab, k)
+                    capfit = ((here[None, :, 1:] + (adds + needs)[:, None, :])
                               <= capf.limit).all(axis=2)  # (options, labels)
                     cost = here[None, :, 0] + near.vals[:k, None]
                     fits = capfit & (cost <= slack)
@@ -352,7 +356,7 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                         outside = min(outside, float(cost[over].min()))
                     sel = np.flatnonzero(fits.any(axis=1))
                     capf.pruned += k - len(sel)
-                    step = np.column_stack([near.floor[sel], near.adds[sel]])
+                    step = np.column_stack([near.floor[sel], adds[sel]])
                     rows = [here[fits[i]] + step[j] for j, i in enumerate(sel.tolist())]
                 for j, (oi, devs, f) in enumerate(zip(near.src[sel].tolist(), near.devices[sel].tolist(),
                                                       near.floor[sel].tolist())):
@@ -521,10 +525,8 @@ class _Near(NamedTuple):
     floor: np.ndarray  # the option's own floor (``arc_floor`` lowered by a relative 1e-9)
     thr: float
     beyond: float  # a lower bound on ``vals`` of every option left out
-    # the capped sums (``_CapFloors``): per option, what it adds to each summed resource and
-    # what it needs beside them in the stage (None: no such caps)
-    adds: np.ndarray | None = None
-    needs: np.ndarray | None = None
+    # the capped sums (``_CapFloors``, under a period cap)
+    loads: np.ndarray | None = None  # (options, parts): each part's load (compute + receive), lowered
 
 
 def _after(bounds: LayoutBounds, tab: StageTable, e: int, ci: int | None) -> np.ndarray:
@@ -584,7 +586,7 @@ def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray
         empty = np.zeros(0, dtype=np.int64)
         near = _Near(np.zeros(0), empty, np.zeros((0, devices.shape[1]), dtype=np.int64), np.zeros(0), np.zeros(0),
                      thr, beyond)
-        return near if capf is None else near._replace(adds=np.zeros((0, capf.width)), needs=np.zeros((0, capf.width)))
+        return near if capf is None or not capf.load else near._replace(loads=np.zeros((0, devices.shape[1])))
     src = np.concatenate(srcs)
     dev = np.concatenate(devs)
     if exact.objective == "memory":  # the floor does not depend on the devices
@@ -704,6 +706,17 @@ class _ExactFloors:
 LABELS = 16  # most labels a node keeps (``_CapFloors``)
 
 
+def _memory_ceiling(instance: Instance, pr: Pricer) -> int:
+    """More memory than any device can need in any plan: every layer's weights (a device holds at
+    most one part of a stage) plus three times every tensor (its working set in a stage holds
+    what it owns of the live tensors, what it reads beyond its own region, and what it computes)."""
+    g = instance.graph
+    weights = sum(layer.params for layer in g.layers) * instance.dtype_bytes
+    names = set(g.inputs) | {layer.output for layer in g.layers}
+    tensors = sum(pr.unit_bytes(t) * full_region(g, t).cells for t in names)
+    return weights + 3 * tensors
+
+
 class _CapFloors:
     """Floors of the per-device sums the instance's caps limit, to leave out during the
     enumeration the arcs that no plan within the caps can take.
@@ -750,8 +763,8 @@ class _CapFloors:
         c = instance.constraints
         load_cap = None if c.period_s is None else float(c.period_s)
         mem = [d.memory_bytes for d in instance.devices] if c.memory else None
-        if mem is not None and all(m is None for m in mem):
-            mem = None
+        if mem is not None and all(m is None or m >= _memory_ceiling(instance, pr) for m in mem):
+            mem = None  # no plan can reach the caps (VGG-19's 8 GB boards)
         if load_cap is None and mem is None:
             return None
         return _CapFloors(instance, pr, load_cap, mem)
@@ -790,23 +803,32 @@ class _CapFloors:
         return hit[1], hit[2]
 
     def fill(self, near: _Near, exact: "_ExactFloors", tab: StageTable, recv, group, comp, mask) -> _Near:
-        """``near`` with its options' ``adds`` and ``needs`` (``group``, ``comp``, ``mask``: per
-        option, as ``near.devices``; ``recv``: ``_ExactFloors.received`` from the node)."""
-        k, kmax = comp.shape
+        """``near`` with its options' part loads (``group``, ``comp``, ``mask``: per option, as
+        ``near.devices``; ``recv``: ``_ExactFloors.received`` from the node), under a period cap."""
+        if not self.load:
+            return near
+        kmax = comp.shape[1]
+        flat = exact._flat_index(tab, group, kmax, recv.shape[2]) + near.devices[:, :kmax]
+        return near._replace(loads=(comp + recv.reshape(-1)[flat]) * mask * (1 - 1e-9))
+
+    def steps(self, near: _Near, tab: StageTable, k: int):
+        """(adds, needs), each (options, width), of the first ``k`` options of ``near``."""
         adds = np.zeros((k, self.width))
         needs = np.zeros((k, self.width))
-        if k:
-            devs = near.devices[:, :kmax]
-            rows = np.repeat(np.arange(k), kmax).reshape(k, kmax)
-            if self.load:
-                flat = exact._flat_index(tab, group, kmax, recv.shape[2]) + devs
-                part = (comp + recv.reshape(-1)[flat]) * mask * (1 - 1e-9)
-                np.add.at(adds, (rows, devs), part)
-            if self.memory:
-                W, N = self._part_table(tab, kmax)
-                np.add.at(adds, (rows, self.mem_at + devs), W[group] * mask)
-                np.maximum.at(needs, (rows, self.mem_at + devs), N[group] * mask)
-        return near._replace(adds=adds, needs=needs)
+        if not k:
+            return adds, needs
+        devs = near.devices[:k]
+        kmax = devs.shape[1]
+        rows = np.repeat(np.arange(k), kmax).reshape(k, kmax)
+        if self.load:
+            np.add.at(adds, (rows, devs), near.loads[:k])
+        if self.memory:
+            W, N = self._part_table(tab, kmax)
+            group = tab.group[near.src[:k]]
+            # (a padding part is device 0 with 0 bytes: it adds nothing)
+            np.add.at(adds, (rows, self.mem_at + devs), W[group])
+            np.maximum.at(needs, (rows, self.mem_at + devs), N[group])
+        return adds, needs
 
 
 def _arc(pr: Pricer, opt: StageOption, geos, comp, weights, computed, owners) -> Arc:
