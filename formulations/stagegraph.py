@@ -331,10 +331,11 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                     if ctx is None:
                         ctx = expander.context(used, owners)
                     # the options a bound up to 1 % larger would look at, sorted (for later rounds)
-                    # (under caps 0.1 %: the labels, not the bound, limit the graph, and the options
-                    # a loose bound lets in are many: VGG-19 on 4 boards under period <= 39.25 ms
-                    # held 5 GB of them at 1 %)
-                    thr = need + (0.001 if capf is not None else 0.01) * slack if bounded else math.inf
+                    # (under a period cap 0.1 %: the labels, not the bound, limit the graph, and the
+                    # options a loose bound lets in, each with its part loads, are many: VGG-19 on 4
+                    # boards under period <= 39.25 ms held 5 GB of them at 1 %)
+                    fetch = 0.001 if capf is not None and capf.load else 0.01
+                    thr = need + fetch * slack if bounded else math.inf
                     near = _near_options(exact, expander, _after(bounds, tab, e, ci), tab, owners, ctx, thr,
                                          check, capf)
                     if bounded:
