@@ -69,6 +69,9 @@ class RoundSettings:
     #: seconds spent before the rounds on their behalf (the sub-fleet ladder): under ``auto`` the
     #: full relaxation gets half of the time left plus this (the half it had without them)
     relaxation_credit: float = 0.0
+    #: a lower bound of the objective proven elsewhere (a Pareto front's ε-step under looser
+    #: caps: ``formulations.pareto``); the rounds start there instead of crawling up to it
+    known_lower: float = 0.0
 
 
 class RoundContext(Protocol):
@@ -195,6 +198,7 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
     st.lower = float(bounds.lower) if bounded else None  # period: the best weighted pass's bound
     if bounded:  # a floor valid for every plan (the flow floor counts transfers) may be higher
         st.lower = max(st.lower, _floor(instance, obj, deadline))
+        st.lower = max(st.lower, settings.known_lower)
     if bounded and obj == "period":
         _threshold(st, bounds, instance, incumbent, deadline, ctx)
     upper = min(st.lower * (1 + settings.delta), cap_at) if bounded else math.inf
