@@ -396,6 +396,8 @@ class _Run:
                 fn = self.uncapped_fn if not caps and self.uncapped_fn is not None else self.solve_fn
                 known = self.known_lower(caps, objective) if getattr(fn, "takes_known_lower", False) else 0.0
                 res = fn(inst, objective, left, known_lower=known) if known > 0 else fn(inst, objective, left)
+                if known > 0 and res.status != "infeasible" and (res.bound is None or res.bound < known):
+                    res.bound = known  # (a step stopped early keeps the looser caps' proof)
             except PlannerError as err:  # e.g. a step's space too large: the front keeps its points
                 from milp_planner.planners.base import PlanResult
 
