@@ -384,7 +384,7 @@ class _Run:
         left = self.remaining()
         if time_limit is not None:
             left = time_limit if left is None else min(left, time_limit)
-        res = None
+        res, known = None, 0.0
         if within in CAP_FIELD and self.graph_lex:
             res = lexicographic_solve(inst, objective, within, left, **self.lex_options)
             if res is None and self.out_of_time():  # no time left for the planner either
@@ -396,12 +396,12 @@ class _Run:
                 fn = self.uncapped_fn if not caps and self.uncapped_fn is not None else self.solve_fn
                 known = self.known_lower(caps, objective) if getattr(fn, "takes_known_lower", False) else 0.0
                 res = fn(inst, objective, left, known_lower=known) if known > 0 else fn(inst, objective, left)
-                if known > 0 and res.status != "infeasible" and (res.bound is None or res.bound < known):
-                    res.bound = known  # (a step stopped early keeps the looser caps' proof)
             except PlannerError as err:  # e.g. a step's space too large: the front keeps its points
                 from milp_planner.planners.base import PlanResult
 
                 res = PlanResult("milp", "error", objective, message=str(err))
+        if known > 0 and res.status != "infeasible" and (res.bound is None or res.bound < known):
+            res.bound = known  # (a step stopped early, or refused, keeps the looser caps' proof)
         del inst
         self.last_time_s = time.perf_counter() - started
         self.last_rss = release_memory()  # the step's graphs and models are garbage now

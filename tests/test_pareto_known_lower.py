@@ -11,6 +11,7 @@ import math
 import pytest
 from test_pareto import CASES, all_metrics, brute_front, check_points, same_vectors
 
+import formulations.pareto as pareto
 from formulations.pareto import BoundStep, _Run, pareto_front
 
 
@@ -64,3 +65,27 @@ def test_fronts_with_known_lower_equal_brute_force(case, objs, monkeypatch):
     for s in front.steps:  # every bound is a bound: at most the optimum under its caps
         if s.bound is not None and s.status != "infeasible":
             assert s.bound <= _optimum(case, s.minimised, s.caps) * (1 + 1e-9)
+
+
+def test_a_step_that_fails_keeps_the_known_bound():
+    """A step whose planner refuses (here: always) records the bound its looser caps' step proved."""
+    from milp_planner.errors import PlannerError
+
+    real = pareto.planner_solve("milp")
+    calls = []
+
+    def solve(inst, objective, time_limit, known_lower=0.0):
+        calls.append(known_lower)
+        if known_lower > 0:
+            raise PlannerError("refused")
+        return real(inst, objective, time_limit)
+
+    solve.takes_known_lower = True
+    run = _Run(CASES["fc"](), solve, None, None)
+    res, _, ok = run.solve({}, "energy")
+    assert ok
+    run.record({}, "energy", res.bound, res.status)
+    caps = {"period": res.metrics.period_s * 0.999}
+    res2, infeasible, ok2 = run.solve(caps, "energy")
+    assert not ok2 and not infeasible and res2.status == "error"
+    assert calls[-1] > 0 and res2.bound == pytest.approx(res.bound, rel=1e-8)
