@@ -227,9 +227,13 @@ def planner_solve(planner: str = "milp", **options) -> Solve:
         # ε-steps; each step is exact anyway (-O anytime=true asks for it)
         p = get_planner(planner, anytime=False, **options)
 
-    def solve(inst: Instance, objective: str, time_limit: float | None):
-        return p.solve(inst, objective=objective, time_limit=time_limit)
+    def solve(inst: Instance, objective: str, time_limit: float | None, known_lower: float = 0.0):
+        q = p
+        if known_lower > 0 and any(o.name == "known_lower" for o in p.option_specs):
+            q = get_planner(planner, **{**p.options, "known_lower": known_lower})
+        return q.solve(inst, objective=objective, time_limit=time_limit)
 
+    solve.takes_known_lower = True
     return solve
 
 
@@ -380,7 +384,7 @@ class _Run:
         left = self.remaining()
         if time_limit is not None:
             left = time_limit if left is None else min(left, time_limit)
-        res = None
+        res, known = None, 0.0
         if within in CAP_FIELD and self.graph_lex:
             res = lexicographic_solve(inst, objective, within, left, **self.lex_options)
             if res is None and self.out_of_time():  # no time left for the planner either
@@ -390,17 +394,33 @@ class _Run:
         if res is None:
             try:
                 fn = self.uncapped_fn if not caps and self.uncapped_fn is not None else self.solve_fn
-                res = fn(inst, objective, left)
+                known = self.known_lower(caps, objective) if getattr(fn, "takes_known_lower", False) else 0.0
+                res = fn(inst, objective, left, known_lower=known) if known > 0 else fn(inst, objective, left)
             except PlannerError as err:  # e.g. a step's space too large: the front keeps its points
                 from milp_planner.planners.base import PlanResult
 
                 res = PlanResult("milp", "error", objective, message=str(err))
+        if known > 0 and res.status != "infeasible" and (res.bound is None or res.bound < known):
+            res.bound = known  # (a step stopped early, or refused, keeps the looser caps' proof)
         del inst
         self.last_time_s = time.perf_counter() - started
         self.last_rss = release_memory()  # the step's graphs and models are garbage now
         proven_infeasible = res.status == "infeasible" and res.plan is None
         ok = res.plan is not None and res.metrics is not None and res.metrics.feasible
         return res, proven_infeasible, ok
+
+    def known_lower(self, caps: dict[str, float], objective: str) -> float:
+        """The best bound of ``objective`` the steps so far proved over a superset of the plans
+        within ``caps``: a step minimising it under caps each at least as loose (a cap it lacks
+        is none). The ε-steps' optima only grow as the caps tighten, so the next step's rounds
+        start there instead of crawling up from the relaxation's bound (0: none)."""
+        best = 0.0
+        for s in self.steps:
+            if s.minimised != objective or s.bound is None or not math.isfinite(s.bound):
+                continue
+            if all(k in caps and caps[k] <= c for k, c in s.caps.items()):
+                best = max(best, float(s.bound) * (1 - 1e-9))  # (a solver's bound may carry its tolerance)
+        return best
 
     def record(self, caps: dict[str, float], minimised: str, bound: float | None, status: str,
                message: str = "") -> None:

@@ -69,6 +69,9 @@ class RoundSettings:
     #: seconds spent before the rounds on their behalf (the sub-fleet ladder): under ``auto`` the
     #: full relaxation gets half of the time left plus this (the half it had without them)
     relaxation_credit: float = 0.0
+    #: a lower bound of the objective proven elsewhere (a Pareto front's ε-step under looser
+    #: caps: ``formulations.pareto``); the rounds start there instead of crawling up to it
+    known_lower: float = 0.0
 
 
 class RoundContext(Protocol):
@@ -195,9 +198,16 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
     st.lower = float(bounds.lower) if bounded else None  # period: the best weighted pass's bound
     if bounded:  # a floor valid for every plan (the flow floor counts transfers) may be higher
         st.lower = max(st.lower, _floor(instance, obj, deadline))
+        crawl_from = st.lower  # where the rounds start without ``known_lower``
+        st.lower = max(st.lower, settings.known_lower)
     if bounded and obj == "period":
         _threshold(st, bounds, instance, incumbent, deadline, ctx)
     upper = min(st.lower * (1 + settings.delta), cap_at) if bounded else math.inf
+    # a known bound above the relaxation's: the first round starts there with the round budget;
+    # if that overflows, the rounds crawl up from the relaxation's bound as without it (the
+    # arcs within a bound do not shrink with the window above a known bound, and the crawl's
+    # rounds grow their budget with the arcs they found)
+    known_try = bounded and not minmax and settings.known_lower > crawl_from
     # period and memory with a plan known: the small first round (just above the relaxation's
     # bound, which can be tight) gets the round budget of arcs and a quarter of the time; past
     # either it goes straight to the plan (the mean-load floor is weak: such a round can
@@ -236,6 +246,8 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             cap = min(cap, max(FIRST_CAP, 16 * prev_arcs, retry_cap))
         now = time.perf_counter()
         trying = first_try and st.rounds == 1
+        if known_try:
+            cap = min(max_arcs, budget)
         if trying:
             cap = min(max_arcs, budget)
             build_by = None if deadline is None else now + 0.25 * (deadline - now)
@@ -259,6 +271,10 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
                 raise SpaceTimeout(st.lower) from None
             return st.stop(timed_out=True)
         except SpaceTooLarge:
+            if known_try:
+                known_try = False
+                upper = min(crawl_from * (1 + settings.delta), cap_at)
+                continue
             if trying:
                 upper = cap_at  # the small first round overflowed its budget: straight to the plan known
                 continue
@@ -282,7 +298,7 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             if st.best is None:
                 raise
             return st.stop()
-        done_upper, retry_cap = upper, 0
+        done_upper, retry_cap, known_try = upper, 0, False
         st.build_s += sg.build_time_s
         whole = not math.isfinite(sg.outside)  # nothing left out but plans that break a cap
         ws = warm_start(sg, obj, deadline, prior)

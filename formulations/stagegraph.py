@@ -75,6 +75,7 @@ class StageGraph:
     complete: bool = True  # holds every plan of the space no worse than its best feasible plan
     outside: float = math.inf  # every plan not in the graph has a floor at least this (or breaks a cap)
     forward_arcs: int = 0  # arcs the forward pass kept, before the backward pass
+    cap_pruned: int = 0  # options the caps' per-device floors left out (``_CapFloors``)
 
     @property
     def n_nodes(self) -> int:
@@ -261,6 +262,10 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
     expander = Expander(types, "none" if types.trivial else reduction)
     exact = _ExactFloors(instance, pr, objective, types)
     canonical = expander.reduction == "canonical"
+    capf = _CapFloors.of(instance, pr) if drop_overflow and not canonical else None
+    if capf is not None and capf.load:
+        exact.loads = True
+    sums: list = []  # per node: labels of its prefixes' floor and capped sums (``_CapFloors``)
 
     def node(b, state, used):
         key = (b, state, used)
@@ -270,10 +275,13 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
             nodes.append((b, state))
             node_used.append(used)
             prefix.append(math.inf)
+            sums.append(None)
         return i
 
     source = node(0, init, expander.start())
     prefix[source] = 0.0
+    if capf is not None:
+        sums[source] = [np.zeros((1, 1 + capf.width))]
     outside = math.inf  # the least floor of a partial plan pruned
     frontier: dict[int, set[int]] = {0: {source}}
     arcs: list[Arc] = []
@@ -323,16 +331,36 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                     if ctx is None:
                         ctx = expander.context(used, owners)
                     # the options a bound up to 1 % larger would look at, sorted (for later rounds)
-                    thr = need + 0.01 * slack if bounded else math.inf
+                    # (under a period cap 0.1 %: the labels, not the bound, limit the graph, and the
+                    # options a loose bound lets in, each with its part loads, are many: VGG-19 on 4
+                    # boards under period <= 39.25 ms held 5 GB of them at 1 %)
+                    fetch = 0.001 if capf is not None and capf.load else 0.01
+                    thr = need + fetch * slack if bounded else math.inf
                     near = _near_options(exact, expander, _after(bounds, tab, e, ci), tab, owners, ctx, thr,
-                                         check)
+                                         check, capf)
                     if bounded:
                         nears[e] = near
                 k = int(np.searchsorted(near.vals, need, side="right"))
                 if k < len(near.vals) or math.isfinite(near.beyond):
                     outside = min(outside, gs + (float(near.vals[k]) if k < len(near.vals) else near.beyond))
-                for oi, devs, after_oi, f in zip(near.src[:k].tolist(), near.devices[:k].tolist(),
-                                                 near.after[:k].tolist(), near.floor[:k].tolist()):
+                if capf is None:
+                    sel, rows = slice(0, k), None
+                else:  # the options no plan within the caps and ``slack`` takes are left out (``_CapFloors``)
+                    here = sums[nid] = capf.labels(sums[nid], slack)
+                    adds, needs = capf.steps(near, tab, k)
+                    capfit = ((here[None, :, 1:] + (adds + needs)[:, None, :])
+                              <= capf.limit).all(axis=2)  # (options, labels)
+                    cost = here[None, :, 0] + near.vals[:k, None]
+                    fits = capfit & (cost <= slack)
+                    over = capfit & ~fits
+                    if over.any():  # within the caps but beyond the bound: a floor of what is left out
+                        outside = min(outside, float(cost[over].min()))
+                    sel = np.flatnonzero(fits.any(axis=1))
+                    capf.pruned += k - len(sel)
+                    step = np.column_stack([near.floor[sel], adds[sel]])
+                    rows = [here[fits[i]] + step[j] for j, i in enumerate(sel.tolist())]
+                for j, (oi, devs, f) in enumerate(zip(near.src[sel].tolist(), near.devices[sel].tolist(),
+                                                      near.floor[sel].tolist())):
                     seen += 1
                     if seen % CHECK_EVERY == 0:
                         check()
@@ -349,6 +377,14 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                     head = node(e + 1, new_state, expander.advance(used, devs))
                     if gs + f < prefix[head]:
                         prefix[head] = gs + f
+                    if rows is not None:
+                        got = sums[head]
+                        if got is None:
+                            sums[head] = [rows[j]]
+                        else:
+                            got.append(rows[j])
+                            if len(got) >= 4 * LABELS:
+                                sums[head] = [capf.labels(got, slack)]
                     frontier.setdefault(e + 1, set()).add(head)
                     pending.append(_Pending(nid, head, tab, oi, devs, owners, hit))
                     floors.append(f)
@@ -391,6 +427,7 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
     sg.objective = objective
     sg.outside = outside  # inf: nothing was left out, the graph is the whole (feasible) space
     sg.forward_arcs = n_before
+    sg.cap_pruned = capf.pruned if capf is not None else 0
     sg.out_arcs = [[] for _ in nodes]
     sg.in_arcs = [[] for _ in nodes]
     for i, a in enumerate(arcs):
@@ -489,6 +526,8 @@ class _Near(NamedTuple):
     floor: np.ndarray  # the option's own floor (``arc_floor`` lowered by a relative 1e-9)
     thr: float
     beyond: float  # a lower bound on ``vals`` of every option left out
+    # the capped sums (``_CapFloors``, under a period cap)
+    loads: np.ndarray | None = None  # (options, parts): each part's load (compute + receive), lowered
 
 
 def _after(bounds: LayoutBounds, tab: StageTable, e: int, ci: int | None) -> np.ndarray:
@@ -501,7 +540,7 @@ def _after(bounds: LayoutBounds, tab: StageTable, e: int, ci: int | None) -> np.
 
 
 def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray, tab: StageTable,
-                  owners: dict, ctx: tuple, thr: float, check=None) -> _Near:
+                  owners: dict, ctx: tuple, thr: float, check=None, capf: "_CapFloors | None" = None) -> _Near:
     """The device orders of the stage ``tab`` that the node allows (``expander``, context
     ``ctx``) with floor plus bound after (``after_t``, per option) at most ``thr``. Type-level orders are filtered first with a
     floor that lets each part take the cheapest device of its orbit; only those left are
@@ -515,8 +554,9 @@ def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray
         idx = np.flatnonzero(v <= thr)
         idx = idx[np.argsort(v[idx], kind="stable")]
         rest = v[v > thr]
-        return _Near(v[idx], idx, devices[idx], after_t[idx], f[idx], thr,
+        near = _Near(v[idx], idx, devices[idx], after_t[idx], f[idx], thr,
                      float(rest.min()) if len(rest) else math.inf)
+        return near if capf is None else capf.fill(near, exact, tab, recv, tab.group[idx], comp[idx], mask[idx])
     orbit = exact.orbit_of
     lb = exact.option_floors(tab, exact.orbit_min(recv), exact.orbit_min(energy), tab.group, orbit[devices],
                              devices, comp, mask) * (1 - 1e-9) + after_t
@@ -545,8 +585,9 @@ def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray
         devs.append(np.tile(pad, (len(members), 1)))
     if not srcs:
         empty = np.zeros(0, dtype=np.int64)
-        return _Near(np.zeros(0), empty, np.zeros((0, devices.shape[1]), dtype=np.int64), np.zeros(0), np.zeros(0),
+        near = _Near(np.zeros(0), empty, np.zeros((0, devices.shape[1]), dtype=np.int64), np.zeros(0), np.zeros(0),
                      thr, beyond)
+        return near if capf is None or not capf.load else near._replace(loads=np.zeros((0, devices.shape[1])))
     src = np.concatenate(srcs)
     dev = np.concatenate(devs)
     if exact.objective == "memory":  # the floor does not depend on the devices
@@ -560,7 +601,11 @@ def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray
     rest = v[v > thr]
     if len(rest):
         beyond = min(beyond, float(rest.min()))
-    return _Near(v[keep], src[keep], dev[keep], after_t[src[keep]], f[keep], thr, beyond)
+    near = _Near(v[keep], src[keep], dev[keep], after_t[src[keep]], f[keep], thr, beyond)
+    if capf is None:
+        return near
+    s_ = src[keep]
+    return capf.fill(near, exact, tab, recv, tab.group[s_], comp[s_], mask[s_])
 
 
 class _ExactFloors:
@@ -573,6 +618,7 @@ class _ExactFloors:
         net = instance.network
         n_dev = len(instance.devices)
         self.pr, self.objective, self.n_dev = pr, objective, n_dev
+        self.loads = False  # receive seconds wanted under a memory objective too (a period cap)
         self.shared = net.medium == "shared"
         self.pc = np.array([float(d.power.compute_w) for d in instance.devices])
         self.rx = np.array([float(d.power.rx_w) for d in instance.devices])
@@ -600,7 +646,7 @@ class _ExactFloors:
     def received(self, tab, owners):
         """(receive seconds, receive energy or None), each (groups, parts, devices): what part j
         of group g would take to receive on device d from the state ``owners``."""
-        if self.objective == "memory":
+        if self.objective == "memory" and not self.loads:
             return None, None
         devices, comp, mask, needs = tab.flat()
         n_g, kmax = len(tab.groups), comp.shape[1]
@@ -656,6 +702,134 @@ class _ExactFloors:
             en = energy.reshape(-1)[flat] * mask
             return (self.pc[devices] * comp * mask).sum(axis=1) + en.sum(axis=1)
         return (comp + r).sum(axis=1) / self.n_dev
+
+
+LABELS = 16  # most labels a node keeps (``_CapFloors``)
+
+
+def _memory_ceiling(instance: Instance, pr: Pricer) -> int:
+    """More memory than any device can need in any plan: every layer's weights (a device holds at
+    most one part of a stage) plus three times every tensor (its working set in a stage holds
+    what it owns of the live tensors, what it reads beyond its own region, and what it computes)."""
+    g = instance.graph
+    weights = sum(layer.params for layer in g.layers) * instance.dtype_bytes
+    names = set(g.inputs) | {layer.output for layer in g.layers}
+    tensors = sum(pr.unit_bytes(t) * full_region(g, t).cells for t in names)
+    return weights + 3 * tensors
+
+
+class _CapFloors:
+    """Floors of the per-device sums the instance's caps limit, to leave out during the
+    enumeration the arcs that no plan within the caps can take.
+
+    A period cap limits every device's load (compute + receive seconds) summed over the plan's
+    stages; a memory cap every device's weights summed over them plus its largest working set.
+    Each node keeps labels: vectors (the prefix's floor of the objective, then these sums, one
+    per device and cap) such that every path enumerated to the node is at least one label in
+    every entry: the undominated vectors of its prefixes, at most ``LABELS`` of them (beyond
+    that, the rest are merged into their least per entry, a lower bound of each). An option
+    from the node whose parts add ``adds`` (their loads lowered by a relative 1e-9, their
+    weights) and need ``needs`` beside them in the stage (the working set of a part: at least
+    what it reads and computes, ``relaxation.part_need``) fits a label when ``label + adds +
+    needs`` is within every device's cap (the evaluator's slack kept) and the label's floor plus
+    the option's floor and bound after is within the enumeration's bound. An option that fits
+    no label is left out: every path through it breaks a cap (the suffix adds nothing
+    negative) or the bound (then its least floor over the labels within the caps joins
+    ``outside``). Its head gets ``label + (floor, adds)`` for the labels it fits. Every plan
+    within the caps and the bound keeps all its arcs (by induction over the boundaries: its
+    prefix is at least some label of the node, which its next arc fits). Pricing the objective
+    and the capped sums together is what prunes: the cheap prefixes load one device, the
+    prefixes that spread the load pay for the transfers. Not for the ``canonical``
+    reduction, whose per-device data are in each arc's own frame. A shared medium's summed
+    transfers are not counted (a weaker floor, still a proof)."""
+
+    def __init__(self, instance: Instance, pr: Pricer, load_cap: float | None, mem_caps: list | None):
+        self.n_dev = n = len(instance.devices)
+        self.pr = pr
+        self.load = load_cap is not None
+        self.memory = mem_caps is not None
+        limits = []
+        if self.load:
+            limits += [float(load_cap) * (1 + 1e-9) + 1e-12] * n
+        self.mem_at = len(limits)
+        if self.memory:
+            limits += [math.inf if c is None else float(c) for c in mem_caps]
+        self.limit = np.array(limits)
+        self.width = len(limits)
+        self.parts: dict = {}  # id(table) -> (table, weights, working floors), each (groups, parts)
+        self.pruned = 0  # arcs left out
+
+    @staticmethod
+    def of(instance: Instance, pr: Pricer) -> "_CapFloors | None":
+        c = instance.constraints
+        load_cap = None if c.period_s is None else float(c.period_s)
+        mem = [d.memory_bytes for d in instance.devices] if c.memory else None
+        if mem is not None and all(m is None or m >= _memory_ceiling(instance, pr) for m in mem):
+            mem = None  # no plan can reach the caps (VGG-19's 8 GB boards)
+        if load_cap is None and mem is None:
+            return None
+        return _CapFloors(instance, pr, load_cap, mem)
+
+    def labels(self, parts, bound: float) -> np.ndarray:
+        """The labels of ``parts`` (a list of label arrays): the undominated rows, at most
+        ``LABELS`` (the rows past the ``LABELS - 1`` of least total, each entry relative to its
+        limit, merged into their least per entry). ``bound``: the objective's (its scale)."""
+        if isinstance(parts, np.ndarray):  # (labels already)
+            return parts
+        rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if len(rows) <= 1:
+            return rows
+        rows = np.unique(rows, axis=0)
+        le = (rows[:, None, :] <= rows[None, :, :]).all(axis=2)  # le[i, j]: row i <= row j
+        np.fill_diagonal(le, False)
+        rows = rows[~le.any(axis=0)]  # (distinct rows: i <= j with i != j drops j)
+        if len(rows) > LABELS:
+            lim = np.concatenate([[bound], self.limit])
+            scale = np.where(np.isfinite(lim) & (lim > 0), lim, 1.0)
+            order = np.argsort((rows / scale).sum(axis=1), kind="stable")
+            rest = rows[order[LABELS - 1:]].min(axis=0)
+            rows = np.vstack([rows[order[:LABELS - 1]], rest[None, :]])
+        return rows
+
+    def _part_table(self, tab: StageTable, kmax: int):
+        hit = self.parts.get(id(tab))
+        if hit is None or hit[0] is not tab:
+            W = np.zeros((len(tab.groups), kmax))
+            N = np.zeros((len(tab.groups), kmax))
+            for gi, grp in enumerate(tab.groups):
+                for j, geo in enumerate(grp.geos):
+                    W[gi, j] = grp.weights[j]
+                    N[gi, j] = grp.computed[j] + sum(r.cells * self.pr.unit_bytes(t) for t, r in geo.needs.items())
+            hit = self.parts[id(tab)] = (tab, W, N)
+        return hit[1], hit[2]
+
+    def fill(self, near: _Near, exact: "_ExactFloors", tab: StageTable, recv, group, comp, mask) -> _Near:
+        """``near`` with its options' part loads (``group``, ``comp``, ``mask``: per option, as
+        ``near.devices``; ``recv``: ``_ExactFloors.received`` from the node), under a period cap."""
+        if not self.load:
+            return near
+        kmax = comp.shape[1]
+        flat = exact._flat_index(tab, group, kmax, recv.shape[2]) + near.devices[:, :kmax]
+        return near._replace(loads=(comp + recv.reshape(-1)[flat]) * mask * (1 - 1e-9))
+
+    def steps(self, near: _Near, tab: StageTable, k: int):
+        """(adds, needs), each (options, width), of the first ``k`` options of ``near``."""
+        adds = np.zeros((k, self.width))
+        needs = np.zeros((k, self.width))
+        if not k:
+            return adds, needs
+        devs = near.devices[:k]
+        kmax = devs.shape[1]
+        rows = np.repeat(np.arange(k), kmax).reshape(k, kmax)
+        if self.load:
+            np.add.at(adds, (rows, devs), near.loads[:k])
+        if self.memory:
+            W, N = self._part_table(tab, kmax)
+            group = tab.group[near.src[:k]]
+            # (a padding part is device 0 with 0 bytes: it adds nothing)
+            np.add.at(adds, (rows, self.mem_at + devs), W[group])
+            np.maximum.at(needs, (rows, self.mem_at + devs), N[group])
+        return adds, needs
 
 
 def _arc(pr: Pricer, opt: StageOption, geos, comp, weights, computed, owners) -> Arc:

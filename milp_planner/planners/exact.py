@@ -86,6 +86,8 @@ ROUND_OPTIONS = (
     Option("max_options", int, 250_000, "most stage options per layer range", ge=1, le=10**9),
     Option("delta", float, 0.0025, "first round's relative window above the bound", ge=0, le=1e6),
     Option("round_budget", int, 60_000, "arcs one round may enumerate", ge=1, le=10**9),
+    Option("known_lower", float, 0.0, "a proven lower bound of the objective (e.g. a Pareto front's ε-step under "
+           "looser caps), where the rounds start", ge=0, le=1e300),
     Option("growth", float, 0.002, "relative window growth per round", gt=0, le=1e6),
     Option("capped_search", bool, True, "resource-constrained DP search under memory, latency or energy caps; "
            "its exact answer replaces a round's MILP / CP-SAT solve (false: the models solve every round)"),
@@ -232,6 +234,7 @@ class ExactPlanner(Planner):
             symmetry=bool(self.options.get("symmetry", True)),
             relaxation=str(self.options.get("relaxation", "auto")),
             relaxation_credit=relaxation_credit,
+            known_lower=float(self.options.get("known_lower", 0.0)),
         )
         return explore(instance, ctx, solve_graph or self.solve_graph, self.warm_start, settings, incumbent)
 
