@@ -31,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from formulations.budget import check_memory
+from formulations.dominance import undominated
 from formulations.dp import arc_cost, terminal_cost
 from formulations.stagegraph import StageGraph
 
@@ -339,28 +340,6 @@ class CappedPath(NamedTuple):
 
 class LabelLimit(RuntimeError):
     """The label search kept more labels than allowed (or ran out of time)."""
-
-
-def undominated(cost: np.ndarray, res: np.ndarray) -> np.ndarray:
-    """Indices of the labels no other label dominates (no larger cost and no larger resource,
-    ties kept once), in increasing cost."""
-    order = np.lexsort(tuple(res.T[::-1]) + (cost,))
-    v = np.column_stack([cost[order], res[order]])
-    kept: list[int] = []
-    kv = np.empty((0, v.shape[1]))
-    block = 256
-    for lo in range(0, len(v), block):
-        x = v[lo:lo + block]
-        out = (kv[None, :, :] <= x[:, None, :]).all(axis=2).any(axis=1) if len(kv) else np.zeros(len(x), bool)
-        inner = (x[None, :, :] <= x[:, None, :]).all(axis=2)  # inner[i, j]: j nowhere worse than i
-        inner &= np.tri(len(x), k=-1, dtype=bool)  # only earlier labels (sorted) can dominate
-        out |= inner.any(axis=1)
-        # an earlier label of this block that is itself dominated still dominates transitively
-        # through the label that dominates it, so dropping it keeps the result exact
-        sel = np.flatnonzero(~out)
-        kept.extend(order[lo + sel])
-        kv = np.vstack([kv, x[sel]])
-    return np.array(kept, dtype=np.int64)
 
 
 _undominated = undominated  # the former private name (tests/test_caps.py)

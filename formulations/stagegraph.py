@@ -37,6 +37,7 @@ from milp_planner.instance import Instance
 from milp_planner.space.plan import Plan
 
 from formulations.budget import check_memory
+from formulations.dominance import undominated
 from formulations.options import SpaceTooLarge, StageOption, stage_options
 from formulations.relaxation import CHECK_EVERY, LayoutBounds, StageTable, box_cells, layout_bounds
 from formulations.symmetry import REDUCTIONS, Expander, trivial_types
@@ -780,9 +781,7 @@ class _CapFloors:
         if len(rows) <= 1:
             return rows
         rows = np.unique(rows, axis=0)
-        le = (rows[:, None, :] <= rows[None, :, :]).all(axis=2)  # le[i, j]: row i <= row j
-        np.fill_diagonal(le, False)
-        rows = rows[~le.any(axis=0)]  # (distinct rows: i <= j with i != j drops j)
+        rows = rows[np.sort(undominated(rows[:, 0], rows[:, 1:]))]  # (in np.unique's order)
         if len(rows) > LABELS:
             lim = np.concatenate([[bound], self.limit])
             scale = np.where(np.isfinite(lim) & (lim > 0), lim, 1.0)
