@@ -246,10 +246,9 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             cap = min(cap, max(FIRST_CAP, 16 * prev_arcs, retry_cap))
         now = time.perf_counter()
         trying = first_try and st.rounds == 1
-        if known_try:
+        if known_try or trying:  # a first round from a known bound, or just above the relaxation's
             cap = min(max_arcs, budget)
         if trying:
-            cap = min(max_arcs, budget)
             build_by = None if deadline is None else now + 0.25 * (deadline - now)
         else:
             build_by = deadline if deadline is None or not jump or st.rounds == 1 else now + 0.75 * (deadline - now)

@@ -45,8 +45,8 @@ from milp_planner.space.plan import Plan
 
 FALLBACK_S = 0.5  # seconds the single-device fallback may take once the time limit has run out
 IMPROVE_MARGIN_S = 0.1  # the improvement loop ends this long before the time limit (scoring, report)
-FLOOR_SHARE = 0.1  # the floors' LP (cost.flow) before the search: at most this share of the time left
-PERIOD_FLOOR_SHARE = 0.1  # the period's: the LP, then the flow MIPs (cost.flow_mip) in what is left of it
+FLOOR_SHARE = 0.1  # the floors before the search (cost.flow's LP; for the period, and the energy under memory
+#: caps, then the flow MIPs of cost.flow_mip in what is left): at most this share of the time left
 FLOOR_GRACE_S = 0.25  # a floor not computed before the search: at most this long past the limit
 MEMORY_SEARCH_S = 5.0  # the memory objective's restricted searches (memory_start): at most this long
 MEMORY_SEARCH_SHARE = 0.1  # and at most this share of the time left
@@ -289,9 +289,8 @@ class ExactPlanner(Planner):
         if start is None or start.start is None or not math.isfinite(start.start.value):
             return None
         left = ctx.remaining()
-        share = PERIOD_FLOOR_SHARE if ctx.objective == "period" else FLOOR_SHARE
         floor = lower_floor(instance, ctx.objective,
-                            deadline=None if left is None else time.perf_counter() + share * left)
+                            deadline=None if left is None else time.perf_counter() + FLOOR_SHARE * left)
         if floor.value < start.start.value * (1 - OPTIMAL_GAP):
             return None
         return PlanResult(self.name, "feasible", ctx.objective, plan=start.start.plan, bound=floor.value,
