@@ -165,3 +165,29 @@ def test_the_loop_honours_the_limit_on_a_large_fleet(limit):
     assert res.plan is not None and evaluate(res.plan, inst).in_space
     start = res.info["anytime"]["start_value"]
     assert start is None or res.value <= start * (1 + 1e-12)
+
+
+def test_rung_starts_keep_a_baseline_plan_of_a_sub_fleet_that_beats_the_whole_fleets_start():
+    """d1 sits behind a very slow link: the baselines that split over every device lose on the
+    whole fleet, while on the rungs without d1 their plans are plans of the fleet and better."""
+    from milp_planner.planners.anytime_start import run_start
+    from milp_planner.planners.subfleet import rung_starts
+
+    inst = _fleet(4)
+    bw = [list(r) for r in inst.network.bandwidth_Bps]
+    for j in range(4):
+        if j != 1:
+            bw[1][j] = bw[j][1] = 1.0
+    inst = replace(inst, network=replace(inst.network, bandwidth_Bps=tuple(tuple(r) for r in bw)))
+    whole = run_start(inst, "latency", 5.0, time_limit=5.0)
+    rungs = ladder(inst, "latency")
+    assert all("d1" not in r.devices for r in rungs)
+    rep = rung_starts(inst, "latency", rungs, whole.start.value, time.perf_counter() + 10)
+    assert [t.label for t in rep.tried] == [r.label for r in rungs]
+    assert rep.best is not None and rep.best.value < whole.start.value * (1 - 1e-9)
+    m = evaluate(rep.best.plan, inst)  # a plan of the whole instance, scored on it
+    assert m.in_space and m.feasible and m.latency_s == pytest.approx(rep.best.value, rel=1e-12)
+    assert "d1" not in {p.device for s in rep.best.plan.stages for p in s.parts}
+    # nothing better than an incumbent they cannot beat; no time: nothing run
+    assert rung_starts(inst, "latency", rungs, 0.0, time.perf_counter() + 10).best is None
+    assert rung_starts(inst, "latency", rungs, None, time.perf_counter()).tried == []

@@ -38,7 +38,8 @@ from milp_planner.instance import Instance
 from milp_planner.planners.anytime_start import Start, StartReport, run_start, start_budget
 from milp_planner.planners.base import OPTIMAL_GAP, Option, Planner, PlanResult, SolveContext, space_dict
 from milp_planner.planners.subfleet import (LADDER_MIN_LIMIT_S, LADDER_SHARE, MIN_TRY_S, NO_LIMIT_IMPROVE_S,
-                                            ImproveReport, Restriction, neighbourhoods, search_restricted)
+                                            RUNG_STARTS_SHARE, ImproveReport, Restriction, neighbourhoods,
+                                            rung_starts, search_restricted)
 from milp_planner.planners.subfleet import ladder as subfleet_ladder
 from milp_planner.planners.subfleet import ladder_pays
 from milp_planner.space.plan import Plan
@@ -60,6 +61,7 @@ class Ladder:
     report: ImproveReport
     unsettled: list[Restriction]
     settled: frozenset  # the keys (``Restriction.key``) of the rungs that settled
+    starts: ImproveReport | None = None  # the fast baselines on each rung (``subfleet.rung_starts``)
 
 
 def _solver_available(name: str) -> str | None:
@@ -333,7 +335,15 @@ class ExactPlanner(Planner):
                                         bool(self.options.get("symmetry", True))):
             return None
         best = start.start.value if start.start else None
-        deadline = time.perf_counter() + LADDER_SHARE * ctx.time_limit
+        t0 = time.perf_counter()
+        deadline = t0 + LADDER_SHARE * ctx.time_limit
+        ctx.report(phase="ladder: the fast baselines on each sub-fleet", incumbent=best, force=True)
+        starts = rung_starts(instance, ctx.objective, rungs, best,
+                             t0 + RUNG_STARTS_SHARE * LADDER_SHARE * ctx.time_limit, seed=ctx.seed)
+        if starts.best is not None:
+            best = starts.best.value
+            start.start = Start(starts.best.plan, starts.best.value, starts.best.source, False)
+            ctx.report(phase=f"anytime start: {starts.best.source}", incumbent=best, force=True)
         rep = search_restricted(self, instance, ctx, rungs, best, deadline, "ladder", per_try=1.0,
                                 stop_unsettled=True)
         settled = 0
@@ -344,7 +354,7 @@ class ExactPlanner(Planner):
         if rep.best is not None:
             start.start = Start(rep.best.plan, rep.best.value, rep.best.source, False)
             ctx.report(phase=f"anytime start: {rep.best.source}", incumbent=rep.best.value, force=True)
-        return Ladder(rep, rungs[settled:], frozenset(t.key for t in rep.tried if t.settled))
+        return Ladder(rep, rungs[settled:], frozenset(t.key for t in rep.tried if t.settled), starts)
 
     def improve(self, instance: Instance, ctx: SolveContext, res: PlanResult, ladder: Ladder | None,
                 value: float | None = None) -> None:
@@ -382,6 +392,8 @@ class ExactPlanner(Planner):
     def _with_ladder(res: PlanResult, ladder: Ladder | None) -> PlanResult:
         if ladder is not None:
             res.info["ladder"] = ladder.report.info()
+            if ladder.starts is not None:
+                res.info["ladder"]["rung_starts"] = ladder.starts.info()
         return res
 
     def memory_budget(self) -> int:
