@@ -131,9 +131,12 @@ class _Pricing:
         self.caps = None
         if caps and c.memory and any(d.memory_bytes is not None for d in instance.devices):
             self.caps = tuple(INF if d.memory_bytes is None else float(d.memory_bytes) for d in instance.devices)
+            if min(self.caps) >= memory_ceiling(instance):
+                self.caps = None  # no plan can break a cap: the DP need not track memory
         self.track_memory = self.caps is not None or objective == "memory"
         self._stage_cache: dict = {}
         self._price_cache: dict = {}
+        self._cuts_cache: dict = {}
         self.row_ok = [layer.row_splittable and "rows" in self.axes for layer in self.g.layers]
         self.cut_ok = range_ends(self.sim)
         # remaining work: share of the model's time (on each device alone) in layers i..n-1
@@ -141,6 +144,7 @@ class _Pricing:
         t = [[self.pr.part_time(d, whole[l]) for l in range(self.n)] for d in range(self.n_dev)]
         tot = [max(sum(row), 1e-300) for row in t]
         self.rate = [1.0 / x for x in tot]  # whole models per second
+        self.joules = [float(instance.devices[d].power.compute_w) * tot[d] for d in range(self.n_dev)]
         share = [min(t[d][l] / tot[d] for d in range(self.n_dev)) for l in range(self.n)]
         self.rest = [0.0] * (self.n + 1)
         for l in range(self.n - 1, -1, -1):
@@ -150,8 +154,14 @@ class _Pricing:
 
     def cuts(self, n: int, devices: Sequence[int]) -> tuple[int, ...] | None:
         """Cut vector for ``len(devices)`` parts of ``n`` from the split families (module doc)."""
-        k = len(devices)
         spd = [self.spd[d] for d in devices]
+        key = (n, tuple(spd))
+        if key not in self._cuts_cache:
+            self._cuts_cache[key] = self._cuts(n, spd)
+        return self._cuts_cache[key]
+
+    def _cuts(self, n: int, spd: list) -> tuple[int, ...] | None:
+        k = len(spd)
         splits = self.splits
         mixed = len(set(spd)) > 1
         options = []
@@ -234,12 +244,27 @@ class _Pricing:
         return hit
 
     def rest_bound(self, i: int, devices: Sequence[int]) -> float:
-        """A rough lower bound on the period of layers i..n-1 on ``devices`` (period only, else 0):
-        their work share over the devices' summed rates, times ``REST_SLACK``."""
-        if self.obj != "period" or i >= self.n:
+        """A rough lower bound on what layers i..n-1 add on ``devices``, times ``REST_SLACK``.
+        Layer l takes at least ``share[l] / rate[d]`` seconds on device d alone (its least share
+        of a device's whole-model time), so split over a set it takes at least ``share[l]`` over
+        the set's summed rates: for period over all ``devices``, for latency over the
+        ``max_parts`` fastest; energy is at least ``share[l]`` times the least joules per model
+        (compute watts / rate). Memory: 0. (Fixed overheads and transfers only add.)"""
+        if i >= self.n or self.obj == "memory":
             return 0.0
-        total = sum(self.rate[d] for d in devices)
+        if not devices:
+            return INF
+        if self.obj == "energy":
+            return REST_SLACK * self.rest[i] * min(self.joules[d] for d in devices)
+        rates = [self.rate[d] for d in devices]
+        if self.obj == "latency" and len(rates) > self.max_parts:
+            rates = sorted(rates, reverse=True)[:self.max_parts]
+        total = sum(rates)
         return INF if total <= 0 else REST_SLACK * self.rest[i] / total
+
+    def combine(self, value: float, rest: float) -> float:
+        """The objective's value of a partial plan worth ``value`` followed by ``rest``."""
+        return max(value, rest) if self.obj in ("period", "memory") else value + rest
 
     def start_label(self) -> Label:
         mem = self.track_memory
@@ -264,14 +289,24 @@ class _Pricing:
                           lab.weights, lab.working)
 
 
+def memory_ceiling(instance: Instance) -> int:
+    """More bytes than any device can hold in any plan: every weight, plus twice every tensor (a
+    working set holds what a device owns, reads and computes, each at most every tensor)."""
+    g = instance.graph
+    tensors = set(g.inputs) | {layer.output for layer in g.layers}
+    b = instance.dtype_bytes
+    return b * (sum(layer.params for layer in g.layers) + 3 * sum(g.elements(t) for t in tensors))
+
+
 #: a range end is kept where the fewest tensors are live; if that leaves fewer than this many,
 #: the ends with the fewest live bytes are added (DenseNet's dense blocks)
 MIN_RANGE_ENDS = 24
 #: the remaining-work bound prunes a state only when it is this far above the incumbent: the
 #: bound is linear in the layers' work share and ignores overheads and transfers
-REST_SLACK = 0.8
-#: the first period pass's target grows by this factor per try (from the ideal period)
-TARGET_STEP = 1.4
+REST_SLACK = 0.9
+#: the period target grows by this factor per level (from the ideal period), at most this many levels
+TARGET_STEP = 1.25
+MAX_LEVELS = 12
 
 
 def range_ends(sim: Sim) -> list[bool]:
@@ -365,7 +400,7 @@ def group_dp(p: _Pricing, order: DeviceOrder, fusion: int, bound: float = INF, m
                 continue
             if u < D and u in order.skippable and better(lab, table[i][u + 1]):
                 table[i][u + 1] = lab  # device seq[u] left unused
-            if lab.value >= bound or p.rest_bound(i, seq[u:]) >= bound or ahead[u] <= lab.value:
+            if p.combine(lab.value, p.rest_bound(i, seq[u:])) >= bound or ahead[u] <= lab.value:
                 continue
             for k in range(1, min(K, D - u) + 1):
                 if deadline is not None and time.perf_counter() > deadline:
@@ -436,12 +471,12 @@ def _sweep(p: _Pricing, table, lab: Label, i: int, u2: int, group: tuple[int, ..
             if p.caps is not None and any(w[d] + ws[d] > p.caps[d] for d in range(n_dev)):
                 return  # weights and working sets only grow along the range
         v = p.value(loads, lat, en, tr, w, ws)
-        if v >= bound:
-            return  # every value only grows with j
+        if v >= bound or (p.obj in ("latency", "energy") and v + p.rest_bound(j + 1, group + tuple(rest)) >= bound):
+            return  # the values only grow with j (the sums: with what the rest of the model adds)
         stages = tuple(c_stages) + (st,)
         tie = sum(loads) if p.obj == "period" else lat
         cur = table[j + 1][u2]
-        if (j + 1 < p.n and not p.cut_ok[j + 1]) or p.rest_bound(j + 1, rest) >= bound:
+        if (j + 1 < p.n and not p.cut_ok[j + 1]) or p.combine(v, p.rest_bound(j + 1, rest)) >= bound:
             pass  # not a range end, or the devices left cannot finish in time
         elif cur is None or (v, tie) < (cur.value, cur.tie):
             table[j + 1][u2] = Label(v, tie, sp.owners, tuple(loads), lat, en, tr,
@@ -503,33 +538,32 @@ class HybridPlanner(Planner):
         passes += [(o, f) for o in orders for f in fus if (o, f) not in passes]
         found.passes = len(passes) + 1
         found.done = 1
-        for x, (order, fusion) in enumerate(passes):
-            bound = found.bound(obj)
-            try:
-                if x == 0 and obj == "period":
-                    gp = self._first(p, order, fusion, bound, deadline)
-                else:
+        # period: every pass under a target that grows from the ideal period until some pass meets
+        # it (the sweeps of a tight target stop early, so the failed levels cost little); after
+        # the level that gave a plan, every pass has been run under the incumbent's value
+        targets = [INF]
+        if obj == "period":
+            ideal = p.rest_bound(0, range(p.n_dev)) / REST_SLACK
+            targets = [ideal * TARGET_STEP ** t for t in range(1, MAX_LEVELS)] + [INF]
+        for target in targets:
+            if target >= found.bound(obj):
+                target = INF
+            for order, fusion in passes:
+                bound = min(target, found.bound(obj))
+                try:
                     gp = group_dp(p, order, fusion, bound, self.options.get("max_group"), deadline)
-            except _Timeout:
-                found.timed_out = True
+                except _Timeout:
+                    found.timed_out = True
+                    return found
+                if target == INF:
+                    found.done += 1
+                if gp is not None:
+                    plan, m = evaluate_tuples(instance, gp.stages, self.name)
+                    found.offer(plan, m, gp, obj)
+            if found.bound(obj) < target:
+                found.done = len(passes) + 1
                 break
-            found.done += 1
-            if gp is None:
-                continue
-            plan, m = evaluate_tuples(instance, gp.stages, self.name)
-            found.offer(plan, m, gp, obj)
         return found
-
-
-    def _first(self, p: _Pricing, order: DeviceOrder, fusion: int, bound: float, deadline) -> GroupPlan | None:
-        """The first period pass: the DP with a target period that grows by ``TARGET_STEP`` from
-        the ideal (all devices' rates summed) until a plan meets it, so every sweep stops early."""
-        target = p.rest_bound(0, range(p.n_dev)) / REST_SLACK
-        while True:
-            target = min(target * TARGET_STEP, bound)
-            gp = group_dp(p, order, fusion, target, self.options.get("max_group"), deadline)
-            if gp is not None or target >= bound:
-                return gp
 
 
 @dataclass
