@@ -402,7 +402,7 @@ def group_dp(p: _Pricing, order: DeviceOrder, fusion: int, bound: float = INF, m
                 table[i][u + 1] = lab  # device seq[u] left unused
             if p.combine(lab.value, p.rest_bound(i, seq[u:])) >= bound or ahead[u] <= lab.value:
                 continue
-            for k in range(1, min(K, D - u) + 1):
+            for k in range(1, min(K if p.cut_ok[i] else 1, D - u) + 1):
                 if deadline is not None and time.perf_counter() > deadline:
                     raise _Timeout()
                 group = tuple(sorted(seq[u:u + k], key=lambda d: (-p.spd[d], d)))
@@ -476,7 +476,7 @@ def _sweep(p: _Pricing, table, lab: Label, i: int, u2: int, group: tuple[int, ..
         stages = tuple(c_stages) + (st,)
         tie = sum(loads) if p.obj == "period" else lat
         cur = table[j + 1][u2]
-        if (j + 1 < p.n and not p.cut_ok[j + 1]) or p.combine(v, p.rest_bound(j + 1, rest)) >= bound:
+        if (len(group) > 1 and not p.cut_ok[j + 1]) or p.combine(v, p.rest_bound(j + 1, rest)) >= bound:
             pass  # not a range end, or the devices left cannot finish in time
         elif cur is None or (v, tie) < (cur.value, cur.tie):
             table[j + 1][u2] = Label(v, tie, sp.owners, tuple(loads), lat, en, tr,
