@@ -26,8 +26,13 @@ from milp_planner.space.plan import Part, Plan, Stage
 #: second: its pipelines respect the memory caps, which often no other baseline meets on typed
 #: fleets (about 0.3 s on ResNet50 with 16 devices of 4 types); modnn third: cheap, and its
 #: channel splits over every device often fit memory caps that the other plans break.
-START_BASELINES = ("offload", "pipeedge", "modnn", "coedge", "coopai", "aofl", "neurosurgeon", "deeperthings",
-                   "hidp")
+#: ``hybrid`` comes after the cheap ones (offload, modnn, coedge: well under 0.1 s): its groups
+#: give the best period plans by far on fleets of 5-16 devices (VGG-19 on 8 Xavier NX boards:
+#: 13.0 ms against pipeedge's 20.95) and often the best latency plan in the space, in 0.1-0.5 s
+#: on VGG and up to about 1.5 s on ResNet-101 with 16 units, where it takes what is left of the
+#: start (and returns its best plan at the limit).
+START_BASELINES = ("offload", "pipeedge", "modnn", "coedge", "hybrid", "coopai", "aofl", "neurosurgeon",
+                   "deeperthings", "hidp")
 MAX_START_S = 2.0  # the start never takes more (plus one baseline's overrun), once it has a plan
 NO_LIMIT_START_S = 2.0  # its budget without a time limit
 MIN_SHARE_S = 0.02  # a baseline is not started with less time than this left
