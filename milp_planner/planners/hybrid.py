@@ -2,45 +2,55 @@
 
 The structure of Alpa's inter-/intra-operator planner, DistrEdge and HiDP: the layers (in graph
 order) are cut into contiguous ranges, each range runs on its own group of devices (groups
-disjoint), and inside a range every stage is split over the group's devices (data parallelism
-inside a group, pipeline parallelism between groups). A group of one device is PipeEdge's case.
+disjoint, at most ``max_parts`` devices), and inside a range every stage is split over the
+group's devices (data parallelism inside a group, pipeline parallelism between groups). A group
+of one device is PipeEdge's case.
 
 The search is a dynamic program per *device order* (a sequence of all devices) and *fusion*:
 
-- groups are contiguous segments of the order of at most ``max_parts`` devices, in pipeline
-  order; a device may be skipped (left unused). The orders tried: by speed (fastest first),
-  the source device first and then by speed, and, when devices name their machine
-  (``Device.node``), machine by machine (fastest unit of each first), so a group may be a
-  board's CPU and GPU or several boards' GPUs. Interchangeable devices (``formulations/
-  symmetry.py``'s types) are adjacent in the speed order, so a segment picks "some devices of
-  a type" as PipeEdge's multisets do;
+- groups are contiguous segments of the order, in pipeline order. The orders (``device_orders``):
+  by speed (fastest first: interchangeable devices, ``formulations/symmetry.py``'s types, are
+  adjacent, so a segment is "some devices of a type", as PipeEdge's multisets); the source
+  device first, then by speed; and, when devices name their machine (``Device.node``), machine
+  by machine, the source's machine first, fastest unit first (a group may be a board's CPU and
+  GPU or several boards). The DP may leave unused (skip) any device of the machine order and the
+  source in the source-first order; none in the speed order (unused devices are the slowest);
 - a range's stages: runs of at most ``fusion`` row-splittable layers split by rows; a layer that
   cannot be row-split is split by channels where it and the space allow it, else whole on the
   group's fastest device. Cuts come from the instance's split families (``space/cuts.py``):
   ``capacity`` when listed and the group's speeds differ, else ``equal``; with only ``any`` the
   capacity cuts, with only ``grid:G`` the capacity cuts snapped to the grid. So every plan is in
-  the space (a layer extent smaller than the group uses the group's first devices);
-- the DP state is (layers done, position in the order), and it keeps for each state one label:
-  the best partial plan reaching it, with its real ownership of the live tensors, per-device
-  loads (compute + receive), latency, energy and memory (weights + largest working set). A
-  group's stages are priced by the evaluator's own ``price_stage`` from that ownership, so skip
-  connections and branches (ResNet, GoogLeNet, DenseNet) cost what the evaluator says, and a
-  label's value is exactly the evaluator's for its partial plan (the gather at the sink is
-  added at the end). The objective's value of a label: the largest device load (period), the
-  sum of stage times (latency) or energies (energy), the largest device memory (memory).
+  the space (a layer extent smaller than the group uses the group's fastest devices);
+- the DP state is (layers done, position in the order), and it keeps for each state one
+  ``Label``: the best partial plan reaching it, with its real ownership of the live tensors,
+  per-device loads (compute + receive), latency, energy and memory (weights + largest working
+  set). A group's stages are priced by the evaluator's own ``price_stage`` from that ownership,
+  so skip connections and branches (ResNet, GoogLeNet, DenseNet) cost what the evaluator says,
+  and a label's value is exactly the evaluator's for its partial plan (the gather at the sink is
+  added at the end). The objective's value of a label: the largest device load (period; on a
+  shared medium also the sum of all transfers), the sum of stage times (latency) or energies
+  (energy), the largest device memory (memory).
 
-The approximation: one label per state (the best by the objective, then by total load), so a
-partial plan that is worse now but leaves a cheaper ownership for the next group is dropped;
-the orders and group shapes above are a subset of all groupings. Every returned plan is scored
-by ``evaluate``. A group's sweep over range ends stops once its value reaches the best complete
-plan's (all four values only grow along a plan), which keeps the DP well under a second on
-16 devices.
+Approximations (every returned plan is scored by ``evaluate``):
 
-Passes, cheapest first (each complete pass gives a plan, and the best is kept): the fastest
-device alone (always), then the speed order with single-layer stages, then every other
-(order, fusion) pair. With memory caps, labels that break a cap are dropped; if no plan meets
-the caps, the DP is run again without them and its plan is returned (reported infeasible).
-At ``ctx.deadline`` the best complete plan so far is returned with status ``timeout``.
+- one label per state (the best by the objective, then by total load): a partial plan that is
+  worse now but leaves a cheaper ownership for the next group is dropped; so is a label when a
+  label with more layers done and no more devices used is no worse (``_ahead``);
+- only the orders above are segmented;
+- groups of two or more devices start and end their ranges only where the fewest tensors are live
+  (``range_ends``: between ResNet blocks, everywhere on a chain; topped up to ``MIN_RANGE_ENDS``
+  by the fewest live bytes); single devices anywhere (PipeEdge's cuts inside blocks);
+- a remaining-work bound (``_Pricing.rest_bound``: linear in the layers' work share, times
+  ``REST_SLACK``) prunes states and sweeps that cannot beat the best plan.
+
+Passes: the fastest device alone (always, milliseconds), then every (order, fusion) pair. For
+the period every pass first runs under a target that grows by ``TARGET_STEP`` from the ideal
+period (all devices' rates summed) until some pass meets it, so the sweeps stop early; the
+other objectives prune at the best plan's value. A group's sweep over range ends stops once its
+value reaches the bound (all four values only grow along a plan). With memory caps, labels that
+break a cap are dropped (memory is not tracked when no plan can break a cap, ``memory_ceiling``);
+if no plan meets the caps, the DP is run again without them and its plan is returned (reported
+infeasible). At ``ctx.deadline`` the best complete plan so far is returned, status ``timeout``.
 
 Options: ``fusions`` (which stage lengths to try: ``both`` = 1 and ``fusion_limit``, ``single``,
 ``fused``), ``orders`` (``all`` or ``speed``), ``max_group`` (the most devices in a group;
@@ -290,8 +300,8 @@ class _Pricing:
 
 
 def memory_ceiling(instance: Instance) -> int:
-    """More bytes than any device can hold in any plan: every weight, plus twice every tensor (a
-    working set holds what a device owns, reads and computes, each at most every tensor)."""
+    """More bytes than any device can hold in any plan: every weight, plus three times every
+    tensor (a working set holds what a device owns, reads and computes, each at most every tensor)."""
     g = instance.graph
     tensors = set(g.inputs) | {layer.output for layer in g.layers}
     b = instance.dtype_bytes
