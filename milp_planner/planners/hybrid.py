@@ -393,7 +393,7 @@ def group_dp(p: _Pricing, order: DeviceOrder, fusion: int, bound: float = INF, m
     seq = order.devices
     D = len(seq)
     n = p.n
-    K = min(p.max_parts if max_group is None else max_group, D)
+    K = min(p.max_parts, D) if max_group is None else min(max_group, p.max_parts, D)
     table: list[list[Label | None]] = [[None] * (D + 1) for _ in range(n + 1)]
     table[0][0] = p.start_label()
 
@@ -513,7 +513,8 @@ class HybridPlanner(Planner):
                choices=("both", "single", "fused")),
         Option("orders", str, "all", "device orders to segment: speed, source first and machine by machine, "
                "or speed only", choices=("all", "speed")),
-        Option("max_group", int, None, "the most devices in a group (default: max_parts)", ge=1, le=10**6),
+        Option("max_group", int, None, "the most devices in a group (default and at most: max_parts)", ge=1,
+               le=10**6),
     )
 
     def search(self, instance: Instance, ctx: SolveContext):
@@ -529,7 +530,7 @@ class HybridPlanner(Planner):
         names = instance.device_names
         if gp is not None:
             plan.meta["groups"] = [[a, b, [names[d] for d in devs]] for a, b, devs in gp.groups]
-        info = {"passes": found.passes, "passes_done": found.done, "dp_value": gp.value if gp else None,
+        info = {"passes": found.passes, "dp_runs": found.runs, "dp_value": gp.value if gp else None,
                 "order": gp.order if gp else "fastest-alone", "fusion": gp.fusion if gp else 1,
                 "groups": len(gp.groups) if gp else 1}
         status = "timeout" if found.timed_out else "feasible"
@@ -546,8 +547,7 @@ class HybridPlanner(Planner):
         orders = device_orders(instance, self.options.get("orders", "all"))
         passes = [(o, f) for f in fus[:1] for o in orders[:1]]
         passes += [(o, f) for o in orders for f in fus if (o, f) not in passes]
-        found.passes = len(passes) + 1
-        found.done = 1
+        found.passes = len(passes)
         # period: every pass under a target that grows from the ideal period until some pass meets
         # it (the sweeps of a tight target stop early, so the failed levels cost little); after
         # the level that gave a plan, every pass has been run under the incumbent's value
@@ -565,13 +565,11 @@ class HybridPlanner(Planner):
                 except _Timeout:
                     found.timed_out = True
                     return found
-                if target == INF:
-                    found.done += 1
+                found.runs += 1
                 if gp is not None:
                     plan, m = evaluate_tuples(instance, gp.stages, self.name)
                     found.offer(plan, m, gp, obj)
             if found.bound(obj) < target:
-                found.done = len(passes) + 1
                 break
         return found
 
@@ -579,8 +577,8 @@ class HybridPlanner(Planner):
 @dataclass
 class _Found:
     best: tuple | None = None  # (plan, metrics, GroupPlan | None)
-    passes: int = 0
-    done: int = 0
+    passes: int = 0  # (order, fusion) pairs
+    runs: int = 0  # DP runs completed (a period pass runs once per target level)
     timed_out: bool = False
 
     @property
