@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -133,11 +134,20 @@ def test_typed_fleets_meet_the_caps(name, objective):
         assert res.value <= pipe.value * (1 + 1e-9) or not pipe.metrics.feasible
 
 
+@pytest.mark.parametrize("splits", [("any",), ("grid:3",), ("equal",), ("capacity",), ("equal", "capacity")])
+@pytest.mark.parametrize("axes", [("rows",), ("channels",), ("rows", "channels")])
+def test_every_split_family_and_axis_gives_plans_in_the_space(splits, axes):
+    base = load_instance(ROOT / "instances/examples/edge-3dev.yaml")
+    for space in (SearchSpace(2, 3, splits, axes), SearchSpace(1, 1, splits, axes)):
+        inst = replace(base, search=space)
+        for objective in ("period", "latency"):
+            check(get_planner("hybrid").solve(inst, objective=objective), inst, objective)
+
+
 def test_caps_no_plan_meets_give_an_infeasible_plan():
     inst = heavy_middle_instance(2)
-    inst = type(inst)(**{**inst.__dict__, "devices": tuple(
-        type(d)(**{**d.__dict__, "memory_bytes": 10}) for d in inst.devices),
-        "constraints": type(inst.constraints)(memory=True)})
+    inst = replace(inst, devices=tuple(replace(d, memory_bytes=10) for d in inst.devices),
+                   constraints=replace(inst.constraints, memory=True))
     res = get_planner("hybrid").solve(inst, objective="period")
     assert res.plan is not None and res.status == "infeasible" and not res.metrics.feasible
 

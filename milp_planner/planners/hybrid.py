@@ -53,8 +53,9 @@ if no plan meets the caps, the DP is run again without them and its plan is retu
 infeasible). At ``ctx.deadline`` the best complete plan so far is returned, status ``timeout``.
 
 Options: ``fusions`` (which stage lengths to try: ``both`` = 1 and ``fusion_limit``, ``single``,
-``fused``), ``orders`` (``all`` or ``speed``), ``max_group`` (the most devices in a group;
-default ``max_parts``).
+``fused``), ``orders`` (``all``, ``speed``, or ``auto``: all for the period, speed for the other
+objectives, whose sums prune less and rarely gain from the other orders), ``max_group`` (the most
+devices in a group; default and at most ``max_parts``).
 """
 
 from __future__ import annotations
@@ -511,8 +512,9 @@ class HybridPlanner(Planner):
     option_specs = (
         Option("fusions", str, "both", "stage lengths to try: 1 and fusion_limit, 1 only, or fusion_limit only",
                choices=("both", "single", "fused")),
-        Option("orders", str, "all", "device orders to segment: speed, source first and machine by machine, "
-               "or speed only", choices=("all", "speed")),
+        Option("orders", str, "auto", "device orders to segment: all (speed, source first, machine by machine), "
+               "speed only, or auto (all for the period, speed for the other objectives)",
+               choices=("auto", "all", "speed")),
         Option("max_group", int, None, "the most devices in a group (default and at most: max_parts)", ge=1,
                le=10**6),
     )
@@ -544,13 +546,16 @@ class HybridPlanner(Planner):
         fl = max(1, instance.search.fusion_limit)
         fus = {"both": [1, fl], "single": [1], "fused": [fl]}[self.options.get("fusions", "both")]
         fus = list(dict.fromkeys(fus))
-        orders = device_orders(instance, self.options.get("orders", "all"))
+        which = self.options.get("orders", "auto")
+        if which == "auto":  # the other orders rarely pay off the objective sums' weaker pruning
+            which = "all" if obj == "period" else "speed"
+        orders = device_orders(instance, which)
         passes = [(o, f) for f in fus[:1] for o in orders[:1]]
         passes += [(o, f) for o in orders for f in fus if (o, f) not in passes]
         found.passes = len(passes)
-        # period: every pass under a target that grows from the ideal period until some pass meets
-        # it (the sweeps of a tight target stop early, so the failed levels cost little); after
-        # the level that gave a plan, every pass has been run under the incumbent's value
+        # period: every pass under a target that grows from the ideal value until some pass meets it (the
+        # sweeps of a tight target stop early, so the failed levels cost little); after the level
+        # that gave a plan, every pass has been run under the incumbent's value
         targets = [INF]
         if obj == "period":
             ideal = p.rest_bound(0, range(p.n_dev)) / REST_SLACK
