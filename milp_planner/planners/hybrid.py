@@ -117,7 +117,6 @@ class GroupPlan:
     groups: list[tuple[int, int, tuple[int, ...]]]  # (first layer, last layer, devices)
     value: float
     order: str
-    fusion: int
 
 
 class _Pricing:
@@ -261,17 +260,25 @@ class _Pricing:
         the set's summed rates: for period over all ``devices``, for latency over the
         ``max_parts`` fastest; energy is at least ``share[l]`` times the least joules per model
         (compute watts / rate). Memory: 0. (Fixed overheads and transfers only add.)"""
-        if i >= self.n or self.obj == "memory":
+        return self.rest_from(i, self.rest_factor(devices))
+
+    def rest_factor(self, devices: Sequence[int]) -> float:
+        """What ``rest_bound`` multiplies the work share by for ``devices``."""
+        if self.obj == "memory":
             return 0.0
         if not devices:
             return INF
         if self.obj == "energy":
-            return REST_SLACK * self.rest[i] * min(self.joules[d] for d in devices)
+            return REST_SLACK * min(self.joules[d] for d in devices)
         rates = [self.rate[d] for d in devices]
         if self.obj == "latency" and len(rates) > self.max_parts:
             rates = sorted(rates, reverse=True)[:self.max_parts]
         total = sum(rates)
-        return INF if total <= 0 else REST_SLACK * self.rest[i] / total
+        return INF if total <= 0 else REST_SLACK / total
+
+    def rest_from(self, i: int, factor: float) -> float:
+        """``rest_bound`` of layers i..n-1 from a ``rest_factor``."""
+        return 0.0 if i >= self.n or factor == 0 else self.rest[i] * factor
 
     def combine(self, value: float, rest: float) -> float:
         """The objective's value of a partial plan worth ``value`` followed by ``rest``."""
@@ -387,8 +394,8 @@ def device_orders(instance: Instance, which: str = "all") -> list[DeviceOrder]:
     return uniq
 
 
-def group_dp(p: _Pricing, order: DeviceOrder, fusion: int, bound: float = INF, max_group: int | None = None,
-             deadline: float | None = None) -> GroupPlan | None:
+def group_dp(p: _Pricing, order: DeviceOrder, fusions: Sequence[int], bound: float = INF,
+             max_group: int | None = None, deadline: float | None = None) -> GroupPlan | None:
     """The best pipeline of groups (contiguous segments of ``order``) by the DP of the module
     docstring; None if none is below ``bound``. Raises ``_Timeout`` past ``deadline``."""
     seq = order.devices
@@ -401,6 +408,7 @@ def group_dp(p: _Pricing, order: DeviceOrder, fusion: int, bound: float = INF, m
     def better(a: Label, b: Label | None) -> bool:
         return b is None or (a.value, a.tie) < (b.value, b.tie)
 
+    factor = [p.rest_factor(seq[u:]) for u in range(D + 1)]  # the devices from position u on
     for i in range(n):
         if not any(table[i]):
             continue
@@ -411,13 +419,14 @@ def group_dp(p: _Pricing, order: DeviceOrder, fusion: int, bound: float = INF, m
                 continue
             if u < D and u in order.skippable and better(lab, table[i][u + 1]):
                 table[i][u + 1] = lab  # device seq[u] left unused
-            if p.combine(lab.value, p.rest_bound(i, seq[u:])) >= bound or ahead[u] <= lab.value:
+            if p.combine(lab.value, p.rest_from(i, factor[u])) >= bound or ahead[u] <= lab.value:
                 continue
             for k in range(1, min(K if p.cut_ok[i] else 1, D - u) + 1):
                 if deadline is not None and time.perf_counter() > deadline:
                     raise _Timeout()
                 group = tuple(sorted(seq[u:u + k], key=lambda d: (-p.spd[d], d)))
-                _sweep(p, table, lab, i, u + k, group, fusion, bound, seq[u + k:])
+                for fusion in (fusions if k > 1 else (1,)):  # one device: per-layer stages, the least memory
+                    _sweep(p, table, lab, i, u + k, group, fusion, bound, factor[u], factor[u + k])
     best, best_v = None, bound
     for u in range(D + 1):
         lab = table[n][u]
@@ -434,7 +443,7 @@ def group_dp(p: _Pricing, order: DeviceOrder, fusion: int, bound: float = INF, m
         stages[:0] = list(lab.stages)
         groups.insert(0, (lab.stages[0][0], lab.stages[-1][1], lab.group))
         lab = lab.back
-    return GroupPlan(stages, groups, best_v, order.name, fusion)
+    return GroupPlan(stages, groups, best_v, order.name)
 
 
 def _ahead(table, i: int, order: DeviceOrder) -> list[float]:
@@ -455,8 +464,9 @@ def _ahead(table, i: int, order: DeviceOrder) -> list[float]:
 
 
 def _sweep(p: _Pricing, table, lab: Label, i: int, u2: int, group: tuple[int, ...], fusion: int,
-           bound: float, rest: Sequence[int]) -> None:
-    """Ranges i..j on ``group`` for every j, each offered to state (j + 1, u2)."""
+           bound: float, with_group: float, after: float) -> None:
+    """Ranges i..j on ``group`` for every j, each offered to state (j + 1, u2). ``with_group`` and
+    ``after``: the ``rest_factor`` of the group and the devices after it, and of those after it."""
     mem = p.track_memory
     n_dev = p.n_dev
     # committed: the state after the stages already closed in this range
@@ -464,7 +474,7 @@ def _sweep(p: _Pricing, table, lab: Label, i: int, u2: int, group: tuple[int, ..
     c_w = list(lab.weights) if mem else None
     c_ws = list(lab.working) if mem else None
     c_stages: list[StageT] = []
-    for cs, j, commit in p.chunks(i, fusion if len(group) > 1 else 1):
+    for cs, j, commit in p.chunks(i, fusion):
         st = p.stage(cs, j, group)
         first, last, axis, parts = st
         devs = [d for d, _ in parts]
@@ -482,12 +492,12 @@ def _sweep(p: _Pricing, table, lab: Label, i: int, u2: int, group: tuple[int, ..
             if p.caps is not None and any(w[d] + ws[d] > p.caps[d] for d in range(n_dev)):
                 return  # weights and working sets only grow along the range
         v = p.value(loads, lat, en, tr, w, ws)
-        if v >= bound or (p.obj in ("latency", "energy") and v + p.rest_bound(j + 1, group + tuple(rest)) >= bound):
+        if v >= bound or (p.obj in ("latency", "energy") and v + p.rest_from(j + 1, with_group) >= bound):
             return  # the values only grow with j (the sums: with what the rest of the model adds)
         stages = tuple(c_stages) + (st,)
         tie = sum(loads) if p.obj == "period" else lat
         cur = table[j + 1][u2]
-        if (len(group) > 1 and not p.cut_ok[j + 1]) or p.combine(v, p.rest_bound(j + 1, rest)) >= bound:
+        if (len(group) > 1 and not p.cut_ok[j + 1]) or p.combine(v, p.rest_from(j + 1, after)) >= bound:
             pass  # not a range end, or the devices left cannot finish in time
         elif cur is None or (v, tie) < (cur.value, cur.tie):
             table[j + 1][u2] = Label(v, tie, sp.owners, tuple(loads), lat, en, tr,
@@ -533,7 +543,7 @@ class HybridPlanner(Planner):
         if gp is not None:
             plan.meta["groups"] = [[a, b, [names[d] for d in devs]] for a, b, devs in gp.groups]
         info = {"passes": found.passes, "dp_runs": found.runs, "dp_value": gp.value if gp else None,
-                "order": gp.order if gp else "fastest-alone", "fusion": gp.fusion if gp else 1,
+                "order": gp.order if gp else "fastest-alone",
                 "groups": len(gp.groups) if gp else 1}
         status = "timeout" if found.timed_out else "feasible"
         return PlanResult(self.name, status, obj, plan=plan, info=info)
@@ -545,13 +555,11 @@ class HybridPlanner(Planner):
         found.offer(plan, m, None, obj)
         fl = max(1, instance.search.fusion_limit)
         fus = {"both": [1, fl], "single": [1], "fused": [fl]}[self.options.get("fusions", "both")]
-        fus = list(dict.fromkeys(fus))
+        fus = list(dict.fromkeys(fus))  # each group's sweep tries every stage length
         which = self.options.get("orders", "auto")
         if which == "auto":  # the other orders rarely pay off the objective sums' weaker pruning
             which = "all" if obj == "period" else "speed"
-        orders = device_orders(instance, which)
-        passes = [(o, f) for f in fus[:1] for o in orders[:1]]
-        passes += [(o, f) for o in orders for f in fus if (o, f) not in passes]
+        passes = device_orders(instance, which)
         found.passes = len(passes)
         # period: every pass under a target that grows from the ideal value until some pass meets it (the
         # sweeps of a tight target stop early, so the failed levels cost little); after the level
@@ -563,10 +571,10 @@ class HybridPlanner(Planner):
         for target in targets:
             if target >= found.bound(obj):
                 target = INF
-            for order, fusion in passes:
+            for order in passes:
                 bound = min(target, found.bound(obj))
                 try:
-                    gp = group_dp(p, order, fusion, bound, self.options.get("max_group"), deadline)
+                    gp = group_dp(p, order, fus, bound, self.options.get("max_group"), deadline)
                 except _Timeout:
                     found.timed_out = True
                     return found
@@ -582,7 +590,7 @@ class HybridPlanner(Planner):
 @dataclass
 class _Found:
     best: tuple | None = None  # (plan, metrics, GroupPlan | None)
-    passes: int = 0  # (order, fusion) pairs
+    passes: int = 0  # device orders
     runs: int = 0  # DP runs completed (a period pass runs once per target level)
     timed_out: bool = False
 
