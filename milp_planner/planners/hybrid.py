@@ -561,30 +561,40 @@ class HybridPlanner(Planner):
             which = "all" if obj == "period" else "speed"
         passes = device_orders(instance, which)
         found.passes = len(passes)
-        # period: every pass under a target that grows from the ideal value until some pass meets it (the
-        # sweeps of a tight target stop early, so the failed levels cost little); after the level
-        # that gave a plan, every pass has been run under the incumbent's value
+        max_group = self.options.get("max_group")
         targets = [INF]
         if obj == "period":
             ideal = p.rest_bound(0, range(p.n_dev)) / REST_SLACK
             targets = [ideal * TARGET_STEP ** t for t in range(1, MAX_LEVELS)] + [INF]
+        try:
+            if obj == "period" and (max_group is None or max_group > 1):
+                # pipelines first (groups of one device: cheap sweeps), for a plan early and a
+                # bound that prunes the groups' sweeps from the start
+                self._levels(instance, p, passes, (1,), 1, targets, found, deadline)
+                targets = [INF]
+            self._levels(instance, p, passes, fus, max_group, targets, found, deadline)
+        except _Timeout:
+            found.timed_out = True
+        return found
+
+    def _levels(self, instance: Instance, p: _Pricing, passes, fus, max_group, targets, found: "_Found",
+                deadline) -> None:
+        """Every pass under each target in turn (past the incumbent's value: under that value)
+        until one gives a plan below the target. With targets growing from the ideal period the
+        sweeps of a tight target stop early, so the levels that fail cost little; after the
+        level that gave a plan, every pass has been run under the incumbent's value."""
+        obj = p.obj
         for target in targets:
             if target >= found.bound(obj):
                 target = INF
             for order in passes:
-                bound = min(target, found.bound(obj))
-                try:
-                    gp = group_dp(p, order, fus, bound, self.options.get("max_group"), deadline)
-                except _Timeout:
-                    found.timed_out = True
-                    return found
+                gp = group_dp(p, order, fus, min(target, found.bound(obj)), max_group, deadline)
                 found.runs += 1
                 if gp is not None:
                     plan, m = evaluate_tuples(instance, gp.stages, self.name)
                     found.offer(plan, m, gp, obj)
             if found.bound(obj) < target:
-                break
-        return found
+                return
 
 
 @dataclass
