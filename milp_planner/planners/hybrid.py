@@ -6,7 +6,7 @@ disjoint, at most ``max_parts`` devices), and inside a range every stage is spli
 group's devices (data parallelism inside a group, pipeline parallelism between groups). A group
 of one device is PipeEdge's case.
 
-The search is a dynamic program per *device order* (a sequence of all devices) and *fusion*:
+The search is a dynamic program per *device order* (a sequence of all devices):
 
 - groups are contiguous segments of the order, in pipeline order. The orders (``device_orders``):
   by speed (fastest first: interchangeable devices, ``formulations/symmetry.py``'s types, are
@@ -15,9 +15,10 @@ The search is a dynamic program per *device order* (a sequence of all devices) a
   by machine, the source's machine first, fastest unit first (a group may be a board's CPU and
   GPU or several boards). The DP may leave unused (skip) any device of the machine order and the
   source in the source-first order; none in the speed order (unused devices are the slowest);
-- a range's stages: runs of at most ``fusion`` row-splittable layers split by rows; a layer that
-  cannot be row-split is split by channels where it and the space allow it, else whole on the
-  group's fastest device. Cuts come from the instance's split families (``space/cuts.py``):
+- a range's stages: runs of at most ``fusion`` row-splittable layers split by rows (each group's
+  sweep tries 1 and ``fusion_limit``; one device: single layers); a layer that cannot be
+  row-split is split by channels where it and the space allow it, else whole on the group's
+  fastest device. Cuts come from the instance's split families (``space/cuts.py``):
   ``capacity`` when listed and the group's speeds differ, else ``equal``; with only ``any`` the
   capacity cuts, with only ``grid:G`` the capacity cuts snapped to the grid. So every plan is in
   the space (a layer extent smaller than the group uses the group's fastest devices);
@@ -43,13 +44,15 @@ Approximations (every returned plan is scored by ``evaluate``):
 - a remaining-work bound (``_Pricing.rest_bound``: linear in the layers' work share, times
   ``REST_SLACK``) prunes states and sweeps that cannot beat the best plan.
 
-Passes: the fastest device alone (always, milliseconds), then every (order, fusion) pair. For
-the period every pass first runs under a target that grows by ``TARGET_STEP`` from the ideal
-period (all devices' rates summed) until some pass meets it, so the sweeps stop early; the
-other objectives prune at the best plan's value. A group's sweep over range ends stops once its
-value reaches the bound (all four values only grow along a plan). With memory caps, labels that
-break a cap are dropped (memory is not tracked when no plan can break a cap, ``memory_ceiling``);
-if no plan meets the caps, the DP is run again without them and its plan is returned (reported
+Passes: the fastest device alone (always, milliseconds), then one DP per device order. For the
+period, every order is first run under a target that grows by ``TARGET_STEP`` from the ideal
+period (all devices' rates summed) until some order meets it (``_levels``: the sweeps of a tight
+target stop early, so the levels that fail cost little), with groups of one device only (cheap
+sweeps: a pipeline plan early), then with groups under that plan's value. The other objectives
+prune at the best plan's value. A group's sweep over range ends stops once its value reaches
+the bound (all four values only grow along a plan). With memory caps, labels that break a cap
+are dropped (memory is not tracked when no plan can break a cap, ``memory_ceiling``); if no plan
+meets the caps, the DP is run again without them and its plan is returned (reported
 infeasible). At ``ctx.deadline`` the best complete plan so far is returned, status ``timeout``.
 
 Options: ``fusions`` (which stage lengths to try: ``both`` = 1 and ``fusion_limit``, ``single``,
@@ -62,7 +65,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Sequence
 
 from milp_planner.cost.evaluator import StagePrice, price_gather, price_stage, pricer
