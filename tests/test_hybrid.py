@@ -99,6 +99,17 @@ def test_residual_network_all_objectives():
         check(get_planner("hybrid").solve(inst, objective=objective), inst, objective)
 
 
+@pytest.mark.parametrize("objective", ["period", "memory"])
+def test_branches_and_a_shared_medium_are_priced_as_the_evaluator_does(objective):
+    """GoogLeNet's inception branches: a range boundary cuts several live tensors."""
+    inst = load_instance(ROOT / "instances/fleet/googlenet-4dev.yaml")
+    for medium in ("switched", "shared"):
+        inst = replace(inst, network=replace(inst.network, medium=medium))
+        res = get_planner("hybrid").solve(inst, objective=objective)
+        check(res, inst, objective)
+        assert res.info["dp_value"] is not None  # a DP plan, not the one-device start
+
+
 def test_autodice_four_boards_beats_pipeedge_on_the_period():
     inst = load_instance(ROOT / "instances/autodice/vgg19-xaviernx-4.yaml")
     res = get_planner("hybrid").solve(inst, objective="period")
