@@ -569,9 +569,10 @@ class HybridPlanner(Planner):
             ideal = p.rest_bound(0, range(p.n_dev)) / REST_SLACK
             targets = [ideal * TARGET_STEP ** t for t in range(1, MAX_LEVELS)] + [INF]
         try:
-            if obj == "period" and (max_group is None or max_group > 1):
+            if (obj == "period" or not found.met_caps) and (max_group is None or max_group > 1):
                 # pipelines first (groups of one device: cheap sweeps), for a plan early and a
-                # bound that prunes the groups' sweeps from the start
+                # bound that prunes the groups' sweeps from the start (for the sums: when the
+                # fastest device alone breaks a cap and gives no bound)
                 self._levels(instance, p, passes, (1,), 1, targets, found, deadline)
                 targets = [INF]
             self._levels(instance, p, passes, fus, max_group, targets, found, deadline)
