@@ -49,7 +49,8 @@ period, every order is first run under a target that grows by ``TARGET_STEP`` fr
 period (all devices' rates summed) until some order meets it (``_levels``: the sweeps of a tight
 target stop early, so the levels that fail cost little), with groups of one device only (cheap
 sweeps: a pipeline plan early), then with groups under that plan's value. The other objectives
-prune at the best plan's value. A group's sweep over range ends stops once its value reaches
+prune at the best plan's value (pipelines first when the fastest device alone breaks a memory
+cap and so gives no bound). A group's sweep over range ends stops once its value reaches
 the bound (all four values only grow along a plan). With memory caps, labels that break a cap
 are dropped (memory is not tracked when no plan can break a cap, ``memory_ceiling``); if no plan
 meets the caps, the DP is run again without them and its plan is returned (reported
