@@ -68,10 +68,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from milp_planner.cost.evaluator import StagePrice, price_gather, price_stage, pricer
+from milp_planner.cost.evaluator import Metrics, StagePrice, price_gather, price_stage, pricer
 from milp_planner.instance import Instance
 from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
 from milp_planner.planners.common import Sim, StageT, evaluate_tuples, norm_stage, per_layer, score
+from milp_planner.space.plan import Plan
 from milp_planner.space.cuts import (
     capacity_cuts,
     equal_cuts,
@@ -539,9 +540,10 @@ class HybridPlanner(Planner):
         capped = found.met_caps
         if not capped:
             again = self._run(instance, obj, deadline, caps=False)
-            if again.best is not None and (found.best is None or score(again.best[1], obj) < score(found.best[1], obj)):
+            if again.best is not None and (found.best is None
+                                           or score(again.best.metrics, obj) < score(found.best.metrics, obj)):
                 found = again
-        plan, m, gp = found.best
+        plan, gp = found.best.plan, found.best.group_plan
         names = instance.device_names
         if gp is not None:
             plan.meta["groups"] = [[a, b, [names[d] for d in devs]] for a, b, devs in gp.groups]
@@ -602,23 +604,34 @@ class HybridPlanner(Planner):
 
 
 @dataclass
+class _Candidate:
+    """A scored plan and the DP result it came from (None: every layer on the fastest device)."""
+
+    plan: Plan
+    metrics: Metrics
+    group_plan: GroupPlan | None
+
+
+@dataclass
 class _Found:
-    best: tuple | None = None  # (plan, metrics, GroupPlan | None)
+    """The best plan of a run and what the run did."""
+
+    best: _Candidate | None = None
     passes: int = 0  # device orders
     runs: int = 0  # DP runs completed (a period pass runs once per target level)
     timed_out: bool = False
 
     @property
     def met_caps(self) -> bool:
-        return self.best is not None and self.best[1].feasible
+        return self.best is not None and self.best.metrics.feasible
 
     def offer(self, plan, m, gp, obj: str) -> None:
-        if self.best is None or score(m, obj) < score(self.best[1], obj):
-            self.best = (plan, m, gp)
+        if self.best is None or score(m, obj) < score(self.best.metrics, obj):
+            self.best = _Candidate(plan, m, gp)
 
     def bound(self, obj: str) -> float:
         """Prune at the best feasible plan's value (a little above: the DP's sums may round
         differently from the evaluator's)."""
-        if self.best is None or not self.best[1].feasible:
+        if self.best is None or not self.best.metrics.feasible:
             return INF
-        return self.best[1].value(obj) * (1 + 1e-9)
+        return self.best.metrics.value(obj) * (1 + 1e-9)
