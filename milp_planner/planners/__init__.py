@@ -30,6 +30,7 @@ _MODULES = {
     "distredge-lcpss": "distredge_lcpss:DistrEdgeLCPSSPlanner",
     "autodice": "autodice:AutoDiCEPlanner",
     "pipeedge": "pipeedge:PipeEdgePlanner",
+    "hybrid": "hybrid:HybridPlanner",
     "random": "random_search:RandomSearchPlanner",
     "diapason": "diapason:Diapason",
     "distredge": "distredge_ddpg:DistrEdgeDDPG",
