@@ -84,6 +84,15 @@ from milp_planner.space.cuts import (
 
 INF = float("inf")
 PRICE_CACHE = 200_000  # stage prices remembered (each holds an ownership map)
+#: a range end is kept where the fewest tensors are live; if that leaves fewer than this many,
+#: the ends with the fewest live bytes are added (DenseNet's dense blocks)
+MIN_RANGE_ENDS = 24
+#: the remaining-work bound prunes a state only when it is this far above the incumbent: the
+#: bound is linear in the layers' work share and ignores overheads and transfers
+REST_SLACK = 0.9
+#: the period target grows by this factor per level (from the ideal period), at most this many levels
+TARGET_STEP = 1.25
+MAX_LEVELS = 12
 
 
 @dataclass(frozen=True)
@@ -319,16 +328,6 @@ def memory_ceiling(instance: Instance) -> int:
     b = instance.dtype_bytes
     return b * (sum(layer.params for layer in g.layers) + 3 * sum(g.elements(t) for t in tensors))
 
-
-#: a range end is kept where the fewest tensors are live; if that leaves fewer than this many,
-#: the ends with the fewest live bytes are added (DenseNet's dense blocks)
-MIN_RANGE_ENDS = 24
-#: the remaining-work bound prunes a state only when it is this far above the incumbent: the
-#: bound is linear in the layers' work share and ignores overheads and transfers
-REST_SLACK = 0.9
-#: the period target grows by this factor per level (from the ideal period), at most this many levels
-TARGET_STEP = 1.25
-MAX_LEVELS = 12
 
 
 def range_ends(sim: Sim) -> list[bool]:
