@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
-from milp_planner.space.cuts import Cuts, family_vectors, grid_points, ranges_from_cuts, speeds, stage_extent
+from milp_planner.space.cuts import (Cuts, family_vectors, grid_points, ranges_from_cuts, snap_to_points, speeds,
+                                     stage_extent)
 from milp_planner.space.plan import Part, Plan, Stage
 
 #: the fast baselines, cheapest and most often best first (measured: each well under a second
@@ -209,7 +210,7 @@ def _nearest_cuts(instance: Instance, n: int, sizes: list[int]) -> Cuts | None:
     sp = instance.search
     for family in sp.splits:
         if family.startswith("grid:"):
-            snapped = _snap_to_points(list(grid_points(n, int(family.split(":", 1)[1]))), target)
+            snapped = snap_to_points(list(grid_points(n, int(family.split(":", 1)[1]))), target)
             if snapped is not None:
                 candidates.append(snapped)
         else:
@@ -220,18 +221,3 @@ def _nearest_cuts(instance: Instance, n: int, sizes: list[int]) -> Cuts | None:
     if not candidates:
         return None
     return min(candidates, key=lambda c: sum(abs(a - b) for a, b in zip(c, target)))
-
-
-def _snap_to_points(points: list[int], target: list[float]) -> Cuts | None:
-    """Each target cut moved to a grid point, in order and strictly increasing: the nearest
-    point above the previous one that leaves room for the cuts still to place."""
-    out: list[int] = []
-    lo = 0  # index of the first usable point
-    for i, t in enumerate(target):
-        hi = len(points) - (len(target) - i)  # leave a point for every later cut
-        if lo > hi:
-            return None
-        j = min(range(lo, hi + 1), key=lambda x: abs(points[x] - t))
-        out.append(points[j])
-        lo = j + 1
-    return tuple(out)

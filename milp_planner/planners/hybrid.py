@@ -78,6 +78,7 @@ from milp_planner.space.cuts import (
     equal_cuts,
     grid_points,
     ranges_from_cuts,
+    snap_to_points,
     speeds,
     stage_extent,
 )
@@ -198,7 +199,7 @@ class _Pricing:
             options.append(capacity_cuts(n, spd))
         for fam in splits:
             if fam.startswith("grid:"):
-                snapped = _snap(list(grid_points(n, int(fam.split(":", 1)[1]))), capacity_cuts(n, spd))
+                snapped = snap_to_points(list(grid_points(n, int(fam.split(":", 1)[1]))), capacity_cuts(n, spd))
                 if snapped is not None:
                     options.append(snapped)
         for c in options:
@@ -350,19 +351,6 @@ def range_ends(sim: Sim) -> list[bool]:
     for b in range(1, n):
         ok[b] = b in keep
     return ok
-
-
-def _snap(points: list[int], target: Sequence[int]) -> tuple[int, ...] | None:
-    """Each target cut moved to the nearest grid point, strictly increasing."""
-    out, lo = [], 0
-    for i, t in enumerate(target):
-        hi = len(points) - (len(target) - i)
-        if lo > hi:
-            return None
-        j = min(range(lo, hi + 1), key=lambda x: abs(points[x] - t))
-        out.append(points[j])
-        lo = j + 1
-    return tuple(out)
 
 
 class _Timeout(Exception):

@@ -115,6 +115,22 @@ def grid_points(n: int, g: int) -> range | list[int]:
     return sorted({round_half_up(j * n, g) for j in range(1, g)} - {0, n})
 
 
+
+def snap_to_points(points: list[int], target) -> Cuts | None:
+    """Each target cut moved to a point of ``points`` (sorted), in order and strictly
+    increasing: the nearest point above the previous one that leaves room for the cuts still
+    to place; None if there are fewer points than cuts."""
+    out: list[int] = []
+    lo = 0  # index of the first usable point
+    for i, t in enumerate(target):
+        hi = len(points) - (len(target) - i)  # leave a point for every later cut
+        if lo > hi:
+            return None
+        j = min(range(lo, hi + 1), key=lambda x: abs(points[x] - t))
+        out.append(points[j])
+        lo = j + 1
+    return tuple(out)
+
 def speed_orders(spd, k: int):
     """Every distinct sequence of the speeds of ``k`` different devices: devices of equal
     speed give the same capacity cuts, so only the sequences of values count."""
