@@ -63,6 +63,11 @@ class Ladder:
     settled: frozenset  # the keys (``Restriction.key``) of the rungs that settled
     starts: ImproveReport | None = None  # the fast baselines on each rung (``subfleet.rung_starts``)
 
+    @property
+    def seconds(self) -> float:
+        """The ladder's seconds, its rung starts included."""
+        return self.report.seconds + (self.starts.seconds if self.starts is not None else 0.0)
+
 
 def _solver_available(name: str) -> str | None:
     import logging
@@ -261,7 +266,7 @@ class ExactPlanner(Planner):
             ladder = self.subfleet_ladder(instance, ctx, start)
             try:
                 ex = self.explore(instance, ctx, incumbent=start.start.value if start and start.start else None,
-                                  relaxation_credit=ladder.report.seconds if ladder is not None else 0.0)
+                                  relaxation_credit=ladder.seconds if ladder is not None else 0.0)
             except SearchStopped as err:
                 if start is None or start.start is None:
                     raise
@@ -335,11 +340,10 @@ class ExactPlanner(Planner):
                                         bool(self.options.get("symmetry", True))):
             return None
         best = start.start.value if start.start else None
-        t0 = time.perf_counter()
-        deadline = t0 + LADDER_SHARE * ctx.time_limit
         ctx.report(phase="ladder: the fast baselines on each sub-fleet", incumbent=best, force=True)
         starts = rung_starts(instance, ctx.objective, rungs, best,
-                             t0 + RUNG_STARTS_SHARE * LADDER_SHARE * ctx.time_limit, seed=ctx.seed)
+                             time.perf_counter() + RUNG_STARTS_SHARE * ctx.time_limit, seed=ctx.seed)
+        deadline = time.perf_counter() + LADDER_SHARE * ctx.time_limit
         if starts.best is not None:
             best = starts.best.value
             start.start = Start(starts.best.plan, starts.best.value, starts.best.source, False)
