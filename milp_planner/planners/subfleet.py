@@ -48,8 +48,7 @@ from milp_planner.space.plan import Plan
 #: ``RoundSettings.relaxation_credit``: with 25 % it lost the bound of resnet101 on 8 boards)
 LADDER_SHARE = 0.15
 #: of the time limit, before the ladder's share: the fast baselines on every rung's sub-fleet
-#: (``rung_starts``; taken from the ladder's share, they cost the 16-device MobileNetV2 fleet
-#: the 3-device rung that found its best latency plan)
+#: (``rung_starts``; not taken from the ladder's share, whose exact rungs are often cut short)
 RUNG_STARTS_SHARE = 0.05
 MIN_RUNG_START_S = 0.2  # a rung's baselines are not started with less time than this
 LADDER_MIN_LIMIT_S = 5.0  # no ladder under a shorter time limit (the start and the search need it)
