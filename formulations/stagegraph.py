@@ -708,7 +708,7 @@ class _ExactFloors:
 LABELS = 16  # most labels a node keeps (``_CapFloors``)
 
 
-def _memory_ceiling(instance: Instance, pr: Pricer) -> int:
+def memory_ceiling(instance: Instance, pr: Pricer) -> int:
     """More memory than any device can need in any plan: every layer's weights (a device holds at
     most one part of a stage) plus three times every tensor (its working set in a stage holds
     what it owns of the live tensors, what it reads beyond its own region, and what it computes)."""
@@ -765,7 +765,7 @@ class _CapFloors:
         c = instance.constraints
         load_cap = None if c.period_s is None else float(c.period_s)
         mem = [d.memory_bytes for d in instance.devices] if c.memory else None
-        if mem is not None and all(m is None or m >= _memory_ceiling(instance, pr) for m in mem):
+        if mem is not None and all(m is None or m >= memory_ceiling(instance, pr) for m in mem):
             mem = None  # no plan can reach the caps (VGG-19's 8 GB boards)
         if load_cap is None and mem is None:
             return None

@@ -68,10 +68,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from formulations.stagegraph import memory_ceiling
 from milp_planner.cost.evaluator import Metrics, StagePrice, price_gather, price_stage, pricer
 from milp_planner.instance import Instance
 from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
-from milp_planner.planners.common import Sim, StageT, evaluate_tuples, norm_stage, per_layer, score
+from milp_planner.planners.common import Sim, StageT, evaluate_tuples, fastest_device, norm_stage, per_layer, score
 from milp_planner.space.plan import Plan
 from milp_planner.space.cuts import (
     capacity_cuts,
@@ -155,7 +156,7 @@ class _Pricing:
         self.caps = None
         if caps and c.memory and any(d.memory_bytes is not None for d in instance.devices):
             self.caps = tuple(INF if d.memory_bytes is None else float(d.memory_bytes) for d in instance.devices)
-            if min(self.caps) >= memory_ceiling(instance):
+            if min(self.caps) >= memory_ceiling(instance, self.pr):
                 self.caps = None  # no plan can break a cap: the DP need not track memory
         self.track_memory = self.caps is not None or objective == "memory"
         self._stage_cache: dict = {}
@@ -319,16 +320,6 @@ class _Pricing:
         loads = [a + b for a, b in zip(lab.loads, gp.load)]
         return self.value(loads, lab.latency + gp.seconds, lab.energy + gp.energy, lab.transfer_s + gp.seconds,
                           lab.weights, lab.working)
-
-
-def memory_ceiling(instance: Instance) -> int:
-    """More bytes than any device can hold in any plan: every weight, plus three times every
-    tensor (a working set holds what a device owns, reads and computes, each at most every tensor)."""
-    g = instance.graph
-    tensors = set(g.inputs) | {layer.output for layer in g.layers}
-    b = instance.dtype_bytes
-    return b * (sum(layer.params for layer in g.layers) + 3 * sum(g.elements(t) for t in tensors))
-
 
 
 def range_ends(sim: Sim) -> list[bool]:
@@ -502,8 +493,7 @@ def _sweep(p: _Pricing, table, lab: Label, i: int, u2: int, group: tuple[int, ..
 
 def fastest_alone(p: _Pricing) -> list[StageT]:
     """Every layer on the fastest device (the pass that always completes)."""
-    d = max(range(p.n_dev), key=lambda x: (p.spd[x], -x))
-    return per_layer(0, p.n - 1, d)
+    return per_layer(0, p.n - 1, fastest_device(p.instance))
 
 
 class HybridPlanner(Planner):
