@@ -45,6 +45,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from formulations.budget import DEFAULT_BUDGET  # noqa: E402
+
+BUDGET_MIB = DEFAULT_BUDGET / 2**20  # the exact planners' default memory budget; ru_maxrss is in KiB
+
 INSTANCES = ROOT / "instances"
 RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_CACHE = RESULTS / "certify.jsonl"
@@ -60,6 +64,7 @@ DEFAULT_PLANNERS = {"latency": "dp", "energy": "dp", "period": "auto", "memory":
 CERTIFIED_GAP = 1e-4  # 0.01 %
 NEAR_GAP = 1e-2       # 1 %
 CAPPED_FLEETS = "typed fleets, binding caps"  # the target whose files --check-caps checks
+TIME_SLACK, TIME_GRACE_S = 0.05, 2.0  # issue #13: time limits hold within 5 % + 2 s
 
 
 # ---------------------------------------------------------------------------------------------
@@ -512,6 +517,33 @@ def short_source(src: str | None, limit: int = 80) -> str:
     return src if len(src) <= limit else src[: limit - 1] + "…"
 
 
+def limits_section(records: list[Record]) -> list[str]:
+    """The issue's anytime rules over every exact run: the time limit held within
+    ``TIME_SLACK`` (5 %) + ``TIME_GRACE_S`` (2 s) of the planner's own ``solve_time_s``, and the
+    child's peak resident memory against the exact planners' default budget."""
+    timed = [r for r in records if r.solve_time_s is not None and r.time_limit]
+    over = [r for r in timed if r.solve_time_s > r.time_limit * (1 + TIME_SLACK) + TIME_GRACE_S]
+    lines = ["### Time limits and memory", "",
+             f"Every exact run, its own `solve_time_s` against the issue's rule (the limit + {TIME_SLACK:.0%} + "
+             f"{TIME_GRACE_S:g} s), and the child's peak resident memory (`getrusage`) against the exact planners' "
+             f"default memory budget ({DEFAULT_BUDGET / 1e9:g} GB = {BUDGET_MIB:,.0f} MiB; option `memory_budget`).", ""]
+    if timed:
+        worst = max(timed, key=lambda r: r.solve_time_s - r.time_limit)
+        lines.append(f"- Time: {len(timed) - len(over)} of {len(timed)} runs within the rule; the largest overrun "
+                     f"{worst.solve_time_s - worst.time_limit:+.2f} s ({worst.instance} {worst.objective}, limit "
+                     f"{worst.time_limit:g} s)" + (": over the rule: " + "; ".join(
+                         f"{r.instance} {r.objective} {r.solve_time_s:.1f} s" for r in over[:8]) if over else "."))
+    rss = [r for r in records if r.max_rss_mb]
+    if rss:
+        top = max(rss, key=lambda r: r.max_rss_mb)
+        above = sum(r.max_rss_mb > BUDGET_MIB for r in rss)
+        lines.append(f"- Memory: the largest peak {top.max_rss_mb:,.0f} MiB ({top.instance} {top.objective}); "
+                     f"{above} of {len(rss)} runs above {BUDGET_MIB:,.0f} MiB (the budget is checked between steps of "
+                     "the search, so a run can pass it by one step's allocation before it stops).")
+    lines.append("")
+    return lines
+
+
 def caps_verdict(capped: Record | None, uncapped: Record | None) -> str:
     """Whether the memory caps bind: the capped latency optimum is above the uncapped one.
 
@@ -608,6 +640,7 @@ def render(cache: dict[str, Record], meta: dict, out: Path) -> str:
         shown = "; ".join(misses[:12]) + (f"; and {len(misses) - 12} more" if len(misses) > 12 else "")
         lines.append(f"| {t.name} | {t.required} | {len(rows)} | {met} | {_cell(shown) or '-'} |")
     lines.append("")
+    lines += limits_section(list(exact.values()))
     capped = sorted(i for i in {r.instance for r in exact.values()}
                     if any(t.name == CAPPED_FLEETS for t in targets_of(i)))
     if capped:

@@ -388,7 +388,10 @@ def _floor(instance: Instance, obj: str, deadline: float | None) -> float:
 
 class CoarseOnly(SearchStopped):
     """The full relaxation could not bound the space; ``lower`` is the coarse relaxation's
-    bound (``formulations.coarse``), and no plan was enumerated."""
+    bound (``formulations.coarse``), and no plan was enumerated. ``memory``: the memory budget
+    stopped the full relaxation."""
+
+    memory: bool = False
 
 
 def _full_bounds(instance, obj, deadline, settings):
@@ -429,8 +432,11 @@ def _coarse_only(instance, obj, deadline, settings, incumbent, st: _State, why: 
         _threshold(st, lb, instance, incumbent, deadline, ctx)
     msg = (f"the coarse relaxation bounds the space ({reason}; no plan enumerated)" if settings.relaxation == "coarse"
            else f"the full layout relaxation stopped ({reason}); the coarse relaxation bounds the space")
+    memory = isinstance(why, MemoryBudgetExceeded)
     if incumbent is None:
-        raise CoarseOnly(msg, st.lower)
-    out = st.stop()
+        err = CoarseOnly(msg, st.lower)
+        err.memory = memory
+        raise err
+    out = st.stop(memory_out=msg if memory else "")
     out.refused = msg
     return out

@@ -105,6 +105,16 @@ def test_target_rules():
     }
 
 
+def test_limits_section_counts_overruns_and_memory_over_the_budget():
+    ok = record(solve_time_s=61.0, max_rss_mb=900.0)
+    late = record(instance="fleet/late.yaml", solve_time_s=65.5, max_rss_mb=bc.BUDGET_MIB + 10)
+    text = "\n".join(bc.limits_section([ok, late]))
+    assert "1 of 2 runs within the rule" in text
+    assert "+5.50 s (fleet/late.yaml latency, limit 60 s): over the rule: fleet/late.yaml latency 65.5 s" in text
+    assert "1 of 2 runs above" in text
+    assert "within the rule; the largest overrun +1.00 s" in "\n".join(bc.limits_section([ok]))
+
+
 def test_caps_verdict_is_proven_from_the_bounds():
     caps = {"a": 100}
     capped = record(value=1.2, bound=1.1, gap=1 / 12)

@@ -175,7 +175,7 @@ class ExactPlanner(Planner):
             res = PlanResult(self.name, status if status == "timeout" else "error", obj,
                              message=f"{err}; no plan yet{proven}")
             res.space = space_dict(instance)
-        if isinstance(err, MemoryStop):
+        if isinstance(err, MemoryStop) or getattr(err, "memory", False):
             res.info["stopped_by"] = "memory budget"
         if isinstance(err, CoarseOnly):
             res.info["relaxation"] = "coarse"
@@ -271,7 +271,7 @@ class ExactPlanner(Planner):
                 if start is None or start.start is None:
                     raise
                 info = {"anytime": start.info(), "plan_from": f"anytime start ({start.start.baseline})"}
-                if isinstance(err, MemoryStop):
+                if isinstance(err, MemoryStop) or getattr(err, "memory", False):
                     info["stopped_by"] = "memory budget"
                 if isinstance(err, CoarseOnly):
                     info["relaxation"] = "coarse"
@@ -281,7 +281,7 @@ class ExactPlanner(Planner):
                 res = PlanResult(self.name, status, ctx.objective, plan=start.start.plan, bound=err.lower,
                                  info=info, message=f"{err}; returning the anytime start "
                                                     f"({start.start.baseline}'s plan) and the bound proven so far")
-                if not isinstance(err, MemoryStop):
+                if not (isinstance(err, MemoryStop) or getattr(err, "memory", False)):
                     self.improve(instance, ctx, res, ladder, start.start.value)
                 return self._with_ladder(res, ladder)
             res = self._result(instance, ctx, ex, start)
