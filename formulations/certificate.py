@@ -78,6 +78,7 @@ class Exploration:
     refused: str = ""  # the space could not be enumerated further (the error), an incumbent being known
     lower_source: str = ""  # "coarse": ``lower`` is the coarse relaxation's (formulations.coarse)
     threshold: dict | None = None  # period: the threshold probes (formulations.threshold), for ``info``
+    coarse: dict | None = None  # the coarse relaxation's passes (formulations.coarse), for ``info``
 
 
 def disagreement(solver_value: float | None, evaluator_value: float | None, tol_abs: float = 0.0) -> bool:

@@ -39,6 +39,11 @@ stage's floor, so ``to_go[0].min()`` stays a lower bound on every plan of the sp
   compute, the least it receives over its type's least links) is at most its load on whichever
   member the plan uses, so the filter leaves every option a plan of period ``<= T`` takes.
 
+*Refinement* (``refined_coarse_bounds``, latency and energy in the rounds): the grid trades the
+bound for speed, and not monotonically (finer is usually higher, not always: merged types
+depend on the layouts' count). After the default grid the regions as they are, then a grid of
+8, are tried while time allows and until one raises the bound; the highest is kept.
+
 The coarse bounds only bound (``bound_source`` ``coarse``); they do not drive the bounded
 enumeration, whose pruning needs the exact states' classes.
 
@@ -48,8 +53,12 @@ enumeration, whose pruning needs the exact states' classes.
 
 from __future__ import annotations
 
+import time
+from typing import NamedTuple
+
 import numpy as np
 
+from formulations.budget import MemoryBudgetExceeded, release_memory
 from milp_planner.cost.evaluator import Pricer, pricer
 from milp_planner.instance import Instance
 from milp_planner.space.cuts import whole_model_time
@@ -65,6 +74,13 @@ COARSE_OPTIONS = 20_000
 COARSE_CLASSES = 2048
 #: cells per axis of the grid the newest tensor's regions are widened to
 COARSE_GRID = 4
+
+#: the grids ``refined_coarse_bounds`` tries after the default one while time allows, each only
+#: while no earlier refinement raised the bound: the regions as they are, then 8 cells per axis
+#: (neither is always the higher: docs/exact.md, "The coarse relaxation", measured)
+REFINE_GRIDS: tuple[int | None, ...] = (None, 8)
+#: a refinement pass is not started with less time left than this many times the default pass took
+REFINE_MARGIN = 1.0
 
 _MEMO: list = []  # [(key, the objects the key names by id, LayoutBounds)], most recent last
 
@@ -103,6 +119,58 @@ def coarse_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
     _MEMO.append((key, (instance.graph, instance.network, tuple((d.compute, d.power) for d in devs)), lb))
     del _MEMO[:-2]
     return lb
+
+
+class RefinedCoarse(NamedTuple):
+    """The best coarse bounds of several grids (``refined_coarse_bounds``)."""
+
+    bounds: LayoutBounds  # the pass with the highest ``lower``
+    grid: int | None  # its grid (None: the regions as they are)
+    passes: list[dict]  # every pass tried: grid, lower (None: out of time), seconds
+
+    def info(self) -> dict:
+        """For ``PlanResult.info["coarse"]``."""
+        return {"grid": "exact" if self.grid is None else self.grid, "lower": float(self.bounds.lower),
+                "passes": self.passes}
+
+
+def refined_coarse_bounds(instance: Instance, objective: str, deadline: float | None = None,
+                          symmetry: bool = True, refine_by: float | None = None) -> RefinedCoarse:
+    """``coarse_bounds`` with the default grid, then with each grid of ``REFINE_GRIDS`` until
+    ``refine_by`` (a ``time.perf_counter()`` value, at most ``deadline``; None: ``deadline``) or
+    until one raises the bound, keeping the bounds of the highest ``lower``. Every grid's bound is a proof (see the module:
+    widening regions only lowers a receive, and regions as they are need no widening), so the
+    best is too. The first pass raises ``TimeoutError`` past ``deadline``; a refinement pass
+    that would not fit (less than ``REFINE_MARGIN`` times the first pass's time left) is not
+    started, and one that runs out of time is dropped.
+
+    >>> refined_coarse_bounds(instance, "latency", deadline=time.perf_counter() + 30).info()  # doctest: +SKIP
+    {'grid': 'exact', 'lower': 0.0595..., 'passes': [...]}
+    """
+    t0 = time.perf_counter()
+    best = coarse_bounds(instance, objective, deadline=deadline, symmetry=symmetry)
+    first_s = time.perf_counter() - t0
+    grid: int | None = COARSE_GRID
+    passes = [{"grid": COARSE_GRID, "lower": float(best.lower), "seconds": round(first_s, 3)}]
+    stop = deadline if refine_by is None else (refine_by if deadline is None else min(refine_by, deadline))
+    for g in REFINE_GRIDS:
+        started = time.perf_counter()
+        if grid != COARSE_GRID or (stop is not None and stop - started < REFINE_MARGIN * first_s):
+            break
+        try:
+            lb = coarse_bounds(instance, objective, deadline=stop, symmetry=symmetry, grid=g)
+        except (TimeoutError, SpaceTooLarge, MemoryBudgetExceeded) as err:
+            if isinstance(err, MemoryBudgetExceeded):
+                err.__traceback__ = None  # let the pass's tables go (formulations.budget)
+                release_memory()
+            passes.append({"grid": "exact" if g is None else g, "lower": None,
+                           "seconds": round(time.perf_counter() - started, 3)})
+            break
+        passes.append({"grid": "exact" if g is None else g, "lower": float(lb.lower),
+                       "seconds": round(time.perf_counter() - started, 3)})
+        if lb.lower > best.lower:
+            best, grid = lb, g
+    return RefinedCoarse(best, grid, passes)
 
 
 def coarse_lower(instance: Instance, objective: str, deadline: float | None = None,

@@ -49,6 +49,10 @@ AIM_GROWTH = 4  # the next round aims at this many times the last round's arcs
 TINY_STEP = 1e-4  # relative: a round this close to the last that overflows is retried larger
 THRESHOLD_TIME = 0.15  # period: the threshold probes' most share of the time left
 FLOOR_TIME = 0.1  # the floors' LP (milp_planner.cost.flow), when not remembered: its most share of the time left
+#: the objectives whose coarse bound is refined with finer grids (``coarse.refined_coarse_bounds``),
+#: within ``REFINE_SHARE`` of the time left (the rest goes to the improvement loop's plans)
+REFINED_OBJECTIVES = ("latency", "energy")
+REFINE_SHARE = 0.75
 
 
 @dataclass(frozen=True)
@@ -104,11 +108,12 @@ class _State:
     build_s: float = 0.0
     lower_source: str = ""  # "coarse": ``lower`` is the coarse relaxation's (formulations.coarse)
     threshold: dict | None = None  # period: the threshold probes (``ThresholdSearch.info``)
+    coarse: dict | None = None  # the coarse relaxation's passes (``RefinedCoarse.info``)
 
     def stop(self, timed_out: bool = False, memory_out: str = "") -> Exploration:
         return Exploration(self.best.graph if self.best else None, self.best.found if self.best else None,
                            self.lower, False, self.rounds, self.build_s, timed_out=timed_out, memory_out=memory_out,
-                           lower_source=self.lower_source)
+                           lower_source=self.lower_source, coarse=self.coarse)
 
 
 def _aim(grown: list[tuple[float, int]]) -> float:
@@ -154,7 +159,7 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
         out = st.stop()
         out.refused = str(err)
     except SearchStopped as err:  # keeps the threshold probes for the caller's ``info``
-        err.threshold = st.threshold
+        err.threshold, err.coarse = st.threshold, st.coarse
         raise
     out.threshold = st.threshold
     return out
@@ -411,7 +416,7 @@ def _coarse_only(instance, obj, deadline, settings, incumbent, st: _State, why: 
                  ctx: RoundContext) -> Exploration:
     """The coarse relaxation's bound, the full one having refused (``why``): with an
     incumbent, an exploration that proves that bound; without one, ``CoarseOnly``."""
-    from formulations.coarse import coarse_bounds
+    from formulations.coarse import coarse_bounds, refined_coarse_bounds
 
     if settings.relaxation == "coarse":
         reason = "relaxation=coarse"
@@ -423,7 +428,14 @@ def _coarse_only(instance, obj, deadline, settings, incumbent, st: _State, why: 
         why.__traceback__ = None
         release_memory()
     try:
-        lb = coarse_bounds(instance, obj, deadline=deadline, symmetry=settings.symmetry)
+        if obj in REFINED_OBJECTIVES:
+            now = time.perf_counter()
+            refine_by = None if deadline is None else now + REFINE_SHARE * max(0.0, deadline - now)
+            refined = refined_coarse_bounds(instance, obj, deadline=deadline, symmetry=settings.symmetry,
+                                            refine_by=refine_by)
+            lb, st.coarse = refined.bounds, refined.info()
+        else:
+            lb = coarse_bounds(instance, obj, deadline=deadline, symmetry=settings.symmetry)
     except TimeoutError:
         raise SpaceTimeout(None) from None
     st.lower = float(lb.lower)

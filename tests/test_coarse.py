@@ -19,7 +19,7 @@ from builders import IDENT, chain_graph, conv, device, make_instance, residual_g
 from test_exact import tiny
 from test_pricing_paths import floor_suffix
 
-from formulations.coarse import coarse_bounds
+from formulations.coarse import COARSE_GRID, REFINE_GRIDS, coarse_bounds, refined_coarse_bounds
 from formulations.relaxation import layout_bounds
 from formulations.stagegraph import build_stage_graph
 from milp_planner.errors import PlannerError
@@ -153,6 +153,30 @@ def test_forced_merging_and_collapse_stay_below_every_path(case):
         assert merged > 0  # the budgets did force merged types
 
 
+@pytest.mark.parametrize("case", CASE_PARAMS)
+def test_refined_coarse_bound_is_the_best_grid_and_never_exceeds_the_optimum(case):
+    """The refinement keeps the highest of its grids' bounds, each a proof: at least the default
+    grid's, at most the optimum and the least floor sum of every path."""
+    inst = CASES[case]()
+    sg = whole_graph(case)
+    for objective in ("latency", "energy"):
+        refined = refined_coarse_bounds(inst, objective)
+        plain = lower(coarse_bounds(inst, objective))
+        tried = [p["lower"] for p in refined.passes]
+        assert refined.passes[0]["grid"] == COARSE_GRID and tried[0] == pytest.approx(plain, rel=1e-12)
+        assert None not in tried and lower(refined.bounds) == max(tried) >= plain
+        raised = [i for i, v in enumerate(tried) if i and v > tried[0]]
+        assert len(tried) == (1 + len(REFINE_GRIDS) if not raised else raised[0] + 1)  # stops once raised
+        assert lower(refined.bounds) <= optimum(case, objective) * (1 + REL)
+        assert lower(refined.bounds) <= floor_suffix(sg, objective)[sg.source] * (1 + REL) + 1e-15
+
+
+def test_refinement_is_skipped_without_time():
+    inst = CASES["skip-3distinct"]()
+    refined = refined_coarse_bounds(inst, "latency", refine_by=0.0)
+    assert [p["grid"] for p in refined.passes] == [COARSE_GRID] and refined.grid == COARSE_GRID
+
+
 def test_merging_fits_the_budget_with_fewer_types():
     inst = CASES["chain-4distinct"]()
     lb = coarse_bounds(inst, "latency")
@@ -189,7 +213,10 @@ def test_planner_reports_the_coarse_bound(case):
     assert forced.bound <= opt * (1 + REL)
     assert forced.value is not None and forced.bound <= forced.value
     if forced.info["bound_source"] == "coarse":
-        assert forced.bound == pytest.approx(lower(coarse_bounds(inst, "latency")), rel=1e-12)
+        refined = lower(refined_coarse_bounds(inst, "latency").bounds)  # no time limit: every grid
+        assert forced.bound == pytest.approx(refined, rel=1e-12)
+        assert forced.info["coarse"]["lower"] == pytest.approx(refined, rel=1e-12)
+        assert refined >= lower(coarse_bounds(inst, "latency"))
     full = solve(inst, relaxation="full")
     assert full.status == "optimal" and full.info["bound_source"] == "certified"
     # auto: the full relaxation fits, so the same certificate

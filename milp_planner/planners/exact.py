@@ -277,6 +277,8 @@ class ExactPlanner(Planner):
                     info["relaxation"] = "coarse"
                 if getattr(err, "threshold", None):
                     info["threshold"] = err.threshold
+                if getattr(err, "coarse", None):
+                    info["coarse"] = err.coarse
                 status = "timeout" if isinstance(err, SpaceTimeout) else "feasible"
                 res = PlanResult(self.name, status, ctx.objective, plan=start.start.plan, bound=err.lower,
                                  info=info, message=f"{err}; returning the anytime start "
@@ -432,6 +434,8 @@ class ExactPlanner(Planner):
             info["relaxation"] = ex.lower_source
         if ex.threshold:
             info["threshold"] = ex.threshold
+        if ex.coarse:
+            info["coarse"] = ex.coarse
         if ex.found is not None:
             info.update(ex.found.info)
         if ex.infeasible:
