@@ -156,6 +156,9 @@ def test_start_budget():
     assert start_budget(None) == 2.0
     assert start_budget(60) == 2.0 and start_budget(10) == 1.0
     assert start_budget(1) == 0.5 and start_budget(0.2) == 0.2 and start_budget(0) == 0
+    # larger fleets: 0.25 s more per device beyond 4, still within 10 % of the limit
+    assert start_budget(60, 4) == 2.0 and start_budget(60, 8) == 3.0 and start_budget(60, 16) == 5.0
+    assert start_budget(30, 16) == 3.0 and start_budget(None, 16) == 2.0
 
 
 @pytest.mark.parametrize("path", ["instances/examples/edge-3dev.yaml", "instances/examples/tiny-residual-3dev.yaml"])

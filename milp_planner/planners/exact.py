@@ -412,7 +412,7 @@ class ExactPlanner(Planner):
         switched off (option ``anytime``) or the time limit leaves no time for it."""
         if not self.anytime_capable or not self.options.get("anytime", True):
             return None
-        budget = start_budget(ctx.remaining())
+        budget = start_budget(ctx.remaining(), len(instance.devices))
         if budget <= 0:
             return None
         ctx.report(phase="anytime start: the fast baselines", force=True)
