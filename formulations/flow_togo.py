@@ -175,6 +175,21 @@ def _orbit_average(instance: Instance, lp: _FlowLP, y: np.ndarray) -> np.ndarray
     return out
 
 
+def _row_layer(tag: tuple, n: int) -> int:
+    """The last boundary at which a row of ``_FlowLP.row_tags`` is active: its covered layer,
+    its reader, or ``n`` (the gather)."""
+    if tag[0] == "cover":
+        return tag[1]
+    if tag[0] == "receive":
+        return tag[3]
+    return n
+
+
+def _negative_part(reduced: np.ndarray) -> np.ndarray:
+    """``min(0, reduced)``: the least a column in ``[0, 1]`` adds to the Lagrangian."""
+    return np.minimum(reduced, 0.0)
+
+
 def _floors(instance: Instance, lp: _FlowLP, y: np.ndarray, value: float) -> FlowToGo:
     g = instance.graph
     n = len(g.layers)
@@ -187,8 +202,7 @@ def _floors(instance: Instance, lp: _FlowLP, y: np.ndarray, value: float) -> Flo
         col_layer[j] = lid
         col_dev[j] = d
     # the row's layer: it is active at boundary k when this is >= k (gather rows: always)
-    row_layer = np.array([tag[1] if tag[0] == "cover" else tag[3] if tag[0] == "receive" else n
-                          for tag in lp.row_tags], dtype=np.int64)
+    row_layer = np.array([_row_layer(tag, n) for tag in lp.row_tags], dtype=np.int64)
     entry_col_layer = col_layer[A.cols]
     yb = y * lp.b
     abs_cost = float(np.abs(cost).sum())
@@ -205,7 +219,7 @@ def _floors(instance: Instance, lp: _FlowLP, y: np.ndarray, value: float) -> Flo
         before_entries = on & (entry_col_layer >= 0) & (entry_col_layer < k)
         # the weight of each earlier c[p, d]: what the active rows pay per unit of it
         w_col = np.bincount(A.cols[before_entries], weights=yA[before_entries], minlength=A.n)
-        neg = np.minimum(red[after], 0.0)
+        neg = _negative_part(red[after])
         scale = float(np.abs(yb[active]).sum() + np.abs(yA).sum() + abs_cost)
         constant[k] = float(yb[active].sum() + neg.sum()) - _MARGIN * scale
         wk: dict[str, np.ndarray] = {}
