@@ -4,9 +4,11 @@ The layout relaxation (``formulations.relaxation``) forgets which device owns a 
 energy it lets every stage run on its cheapest device and read its input "as if owned": on
 MobileNetV2 over 4 Pis and 4 Jetson Nanos its bound is 171.8 mJ, barely above the
 compute-only floor (168.8 mJ), against the flow LP's 195.4 mJ (``milp_planner.cost.flow``),
-and the bounded enumeration, pruning with it, finds tens of thousands of arcs within 0.1 % of
-the flow bound. This module turns the flow LP into a floor on what is left of a plan from an
-**exact** state (who owns what), which the enumeration adds to the relaxation's.
+and the bounded enumeration, pruning with it, found more than 60,000 arcs within the flow
+bound itself. This module turns the flow LP into a floor on what is left of a plan from an
+**exact** state (who owns what), which the enumeration takes with the relaxation's (the
+larger of the two; ``formulations.stagegraph``). With it that instance is certified in about
+12 s (docs/exact.md, "Energy: the flow floor after each arc").
 
 The LP (``_FlowLP``) is ``min cost . x``, ``A x >= b``, ``0 <= x <= 1`` over the shares
 ``c[l, d]`` (d computes of layer l), ``R[t, d]`` (d receives of tensor t) and ``S[t, d]``
@@ -44,9 +46,14 @@ floor; the LP's make the floor at the source's state the LP's own bound, and fol
 plans near the LP's optimum closely. Each value is lowered by a relative 1e-9 of the sum of
 the magnitudes it adds (float rounding).
 
+What it cannot see: the memory caps (a tensor may stay where it is for the rest of the plan,
+whatever the device already stores), the parts' overheads (the chord ``(o + a) c``), halo
+rows and message latencies.
+
 ``tests/test_flow_togo.py`` checks, on tiny instances, that the floor at every node of the
 whole stage graph is at most the best completion from it (and at the source at most the
-brute-force optimum), and that overstating a weight breaks it.
+brute-force optimum), that the enumeration's vectorised floors are the same numbers, and that
+not crediting the owned shares, or keeping the rows of earlier layers, breaks it.
 """
 
 from __future__ import annotations
