@@ -663,12 +663,7 @@ class _ExactFloors:
         # device -> the devices of its orbit (padded by repeating the first)
         width = max(len(o) for o in self.orbits)
         self.orbit_members = np.array([list(o) + [o[0]] * (width - len(o))
-                                       for o in (types.orbits[self._orbit_index(d, types)] for d in range(n_dev))],
-                                      dtype=np.int64)
-
-    @staticmethod
-    def _orbit_index(d: int, types) -> int:
-        return next(i for i, o in enumerate(types.orbits) if d in o)
+                                       for o in (types.orbits[types.orbit[d]] for d in range(n_dev))], dtype=np.int64)
 
     def orbit_min(self, per_device: np.ndarray | None) -> np.ndarray | None:
         """(..., devices) -> (..., orbits): the least value over each orbit's devices."""
