@@ -610,12 +610,12 @@ def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray
         return near if capf is None or not capf.load else near._replace(loads=np.zeros((0, devices.shape[1])))
     src = np.concatenate(srcs)
     dev = np.concatenate(devs)
+    after_src = after_t[src]
     if exact.objective == "memory":  # the floor does not depend on the devices
-        f = lb[src] - after_t[src]
+        f = lb[src] - after_src
         v = lb[src]
     else:
         f = exact.option_floors(tab, recv, energy, tab.group[src], dev, dev, comp[src], mask[src]) * (1 - 1e-9)
-        after_src = after_t[src]
         if to_go is not None:
             after_src = np.maximum(after_src, to_go.after_options(tab, owners, dev, tab.group[src]))
         v = f + after_src
@@ -624,8 +624,7 @@ def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray
     rest = v[v > thr]
     if len(rest):
         beyond = min(beyond, float(rest.min()))
-    near = _Near(v[keep], src[keep], dev[keep], (after_t[src] if exact.objective == "memory" else after_src)[keep],
-                 f[keep], thr, beyond)
+    near = _Near(v[keep], src[keep], dev[keep], after_src[keep], f[keep], thr, beyond)
     if capf is None:
         return near
     s_ = src[keep]
