@@ -231,6 +231,8 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
     # bound as for latency, each proving its bound
     jump = minmax
     memo: dict = {}  # arcs priced by earlier rounds
+    # energy: the flow LP's floor after each arc from its exact head state (formulations.flow_togo)
+    to_go = _flow_to_go(instance, obj, deadline) if bounded else None
     prior = None  # the memory caps' multipliers of the last round that had them
     done_upper = st.lower  # the bound of the last round that finished
     retry_cap = 0  # a larger cap for a round retried at the same bound
@@ -261,7 +263,7 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             sg = build_stage_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
                                    deadline=build_by, objective=obj if bounded else "latency",
                                    upper=upper if math.isfinite(upper) else None, drop_overflow=True,
-                                   bounds=bounds, memo=memo,
+                                   bounds=bounds, memo=memo, to_go=to_go,
                                    reduction=reduction_for(instance, obj, settings.symmetry))
         except TimeoutError:
             if trying and (deadline is None or time.perf_counter() < deadline):
@@ -382,6 +384,18 @@ def graph_answer(sg: StageGraph, ctx: RoundContext, ws: WarmStart, solve_graph: 
         found.info = {**found.info, "solved_by": "label search"}
         return found
     return solve_graph(sg, ctx, ws)
+
+
+def _flow_to_go(instance: Instance, obj: str, deadline: float | None):
+    """Energy: the flow LP's floors after a boundary from an exact state
+    (``formulations.flow_togo``), its LP within ``FLOOR_TIME`` of the time left; None for the
+    other objectives or when the LP fails."""
+    if obj != "energy":
+        return None
+    from formulations.flow_togo import flow_to_go
+
+    left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+    return flow_to_go(instance, deadline=None if left is None else time.perf_counter() + FLOOR_TIME * left)
 
 
 def _floor(instance: Instance, obj: str, deadline: float | None) -> float:

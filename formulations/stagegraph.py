@@ -26,7 +26,7 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -41,6 +41,9 @@ from formulations.dominance import undominated
 from formulations.options import SpaceTooLarge, StageOption, stage_options
 from formulations.relaxation import CHECK_EVERY, LayoutBounds, StageTable, box_cells, layout_bounds
 from formulations.symmetry import REDUCTIONS, Expander, trivial_types
+
+if TYPE_CHECKING:
+    from formulations.flow_togo import FlowToGo
 
 
 @dataclass
@@ -172,7 +175,7 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
                       deadline: float | None = None, *, objective: str = "latency",
                       upper: float | None = None, drop_overflow: bool = False,
                       bounds: LayoutBounds | None = None, memo: dict | None = None,
-                      reduction: str = "first-use") -> StageGraph:
+                      reduction: str = "first-use", to_go: "FlowToGo | None" = None) -> StageGraph:
     """The plan space of ``instance`` as a ``StageGraph``.
 
     Without ``upper`` the whole space is enumerated. With ``upper`` (a value of ``objective``
@@ -199,12 +202,18 @@ def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=No
     are not comparable across arcs. Every plan of the space has a plan of the graph with the
     same costs (it differs only by exchanging interchangeable devices).
 
+    ``to_go`` (energy only; ``formulations.flow_togo``): a second floor on what is left after
+    an arc, from its head's exact state (the flow LP's duals); an arc whose prefix, cost and
+    that floor exceed ``upper`` is left out like one the relaxation prunes. ``memo`` must then
+    come from calls with the same ``to_go``.
+
     Raises ``SpaceTooLarge`` (a ``PlannerError``) when the graph would exceed ``max_arcs`` (the space is too large
     to enumerate; shrink ``search`` or give a tighter ``upper``).
     """
     with gc_paused():
         return _build_stage_graph(instance, max_arcs, progress, deadline, objective=objective, upper=upper,
-                                  drop_overflow=drop_overflow, bounds=bounds, memo=memo, reduction=reduction)
+                                  drop_overflow=drop_overflow, bounds=bounds, memo=memo, reduction=reduction,
+                                  to_go=to_go)
 
 
 @contextmanager
@@ -231,7 +240,7 @@ def gc_paused():
 
 def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: float | None, *, objective: str,
                        upper: float | None, drop_overflow: bool, bounds: LayoutBounds | None, memo: dict | None,
-                       reduction: str) -> StageGraph:
+                       reduction: str, to_go: "FlowToGo | None" = None) -> StageGraph:
     t0 = time.perf_counter()
     pr = pricer(instance)
     g = instance.graph
@@ -245,6 +254,8 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
     bounded = upper is not None and math.isfinite(upper)
     if objective not in FLOORED:
         raise ValueError(f"unknown objective {objective!r}")
+    if to_go is not None and objective != "energy":
+        raise ValueError("the flow LP's floor after an arc bounds energy only")
     slack = (upper * (1 + 1e-9) + 1e-12) if bounded else math.inf
     if reduction not in REDUCTIONS:
         raise ValueError(f"unknown symmetry reduction {reduction!r}")
@@ -338,7 +349,7 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                     fetch = 0.001 if capf is not None and capf.load else 0.01
                     thr = need + fetch * slack if bounded else math.inf
                     near = _near_options(exact, expander, _after(bounds, tab, e, ci), tab, owners, ctx, thr,
-                                         check, capf)
+                                         check, capf, to_go if bounded else None)
                     if bounded:
                         nears[e] = near
                 k = int(np.searchsorted(near.vals, need, side="right"))
@@ -541,16 +552,21 @@ def _after(bounds: LayoutBounds, tab: StageTable, e: int, ci: int | None) -> np.
 
 
 def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray, tab: StageTable,
-                  owners: dict, ctx: tuple, thr: float, check=None, capf: "_CapFloors | None" = None) -> _Near:
+                  owners: dict, ctx: tuple, thr: float, check=None, capf: "_CapFloors | None" = None,
+                  to_go: "FlowToGo | None" = None) -> _Near:
     """The device orders of the stage ``tab`` that the node allows (``expander``, context
     ``ctx``) with floor plus bound after (``after_t``, per option) at most ``thr``. Type-level orders are filtered first with a
     floor that lets each part take the cheapest device of its orbit; only those left are
     expanded into real device orders and priced exactly (vectorised). ``check()``, if given,
-    is called every few dozen expansions (it raises at the deadline)."""
+    is called every few dozen expansions (it raises at the deadline). ``to_go`` (energy): the
+    bound after an option is also at least the flow LP's floor from its head's exact state
+    (``FlowToGo.after_options``; at the type level, each part at the most its orbit holds)."""
     devices, comp, mask, _ = tab.flat()
     recv, energy = exact.received(tab, owners)
     if expander.types.trivial:  # no expansion: the table is the space
         f = exact.option_floors(tab, recv, energy, tab.group, devices, devices, comp, mask) * (1 - 1e-9)
+        if to_go is not None:
+            after_t = np.maximum(after_t, to_go.after_options(tab, owners, devices, tab.group))
         v = f + after_t
         idx = np.flatnonzero(v <= thr)
         idx = idx[np.argsort(v[idx], kind="stable")]
@@ -559,8 +575,11 @@ def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray
                      float(rest.min()) if len(rest) else math.inf)
         return near if capf is None else capf.fill(near, exact, tab, recv, tab.group[idx], comp[idx], mask[idx])
     orbit = exact.orbit_of
+    typed_after = after_t
+    if to_go is not None:
+        typed_after = np.maximum(after_t, to_go.after_options(tab, owners, devices, tab.group, exact.orbit_members))
     lb = exact.option_floors(tab, exact.orbit_min(recv), exact.orbit_min(energy), tab.group, orbit[devices],
-                             devices, comp, mask) * (1 - 1e-9) + after_t
+                             devices, comp, mask) * (1 - 1e-9) + typed_after
     cand = np.flatnonzero(lb <= thr)
     rest = lb[lb > thr]
     beyond = float(rest.min()) if len(rest) else math.inf
@@ -591,18 +610,21 @@ def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray
         return near if capf is None or not capf.load else near._replace(loads=np.zeros((0, devices.shape[1])))
     src = np.concatenate(srcs)
     dev = np.concatenate(devs)
+    after_src = after_t[src]
     if exact.objective == "memory":  # the floor does not depend on the devices
-        f = lb[src] - after_t[src]
+        f = lb[src] - after_src
         v = lb[src]
     else:
         f = exact.option_floors(tab, recv, energy, tab.group[src], dev, dev, comp[src], mask[src]) * (1 - 1e-9)
-        v = f + after_t[src]
+        if to_go is not None:
+            after_src = np.maximum(after_src, to_go.after_options(tab, owners, dev, tab.group[src]))
+        v = f + after_src
     keep = np.flatnonzero(v <= thr)
     keep = keep[np.argsort(v[keep], kind="stable")]
     rest = v[v > thr]
     if len(rest):
         beyond = min(beyond, float(rest.min()))
-    near = _Near(v[keep], src[keep], dev[keep], after_t[src[keep]], f[keep], thr, beyond)
+    near = _Near(v[keep], src[keep], dev[keep], after_src[keep], f[keep], thr, beyond)
     if capf is None:
         return near
     s_ = src[keep]
@@ -637,6 +659,10 @@ class _ExactFloors:
         types = types if types is not None else trivial_types(n_dev)
         self.orbit_of = np.array(types.orbit, dtype=np.int64)
         self.orbits = [list(o) for o in types.orbits]
+        # device -> the devices of its orbit (padded by repeating the first)
+        width = max(len(o) for o in self.orbits)
+        self.orbit_members = np.array([list(o) + [o[0]] * (width - len(o))
+                                       for o in (types.orbits[types.orbit[d]] for d in range(n_dev))], dtype=np.int64)
 
     def orbit_min(self, per_device: np.ndarray | None) -> np.ndarray | None:
         """(..., devices) -> (..., orbits): the least value over each orbit's devices."""

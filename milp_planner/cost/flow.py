@@ -163,11 +163,16 @@ class _FlowLP:
                 self.affine[c[layer.id, d]] = (max(fl.overhead, 0.0), max(fl.slope, 0.0))
         A_rows: list[dict[int, float]] = []
         b: list[float] = []
+        #: per row, what it states: ("cover", layer), ("receive", tensor, device, reader),
+        #: ("gather", tensor) or ("gather-cap", tensor, device) (``formulations.flow_togo``)
+        self.row_tags: list[tuple] = []
+        tags = self.row_tags
         for layer in g.layers:  # coverage
             m = cover.get(layer.id, 0.0)
             if m > 0:
                 A_rows.append({c[layer.id, d]: 1.0 for d in range(n_dev)})
                 b.append(m)
+                tags.append(("cover", layer.id))
         src = None if net.source.external else net.source.device
         for t in sorted({t for layer in g.layers for t in layer.inputs if cover.get(layer.id, 0.0) > 0}):
             readers = [layer for layer in g.layers if t in layer.inputs and cover.get(layer.id, 0.0) > 0]
@@ -203,8 +208,9 @@ class _FlowLP:
                         row[c[producer, d]] = row.get(c[producer, d], 0.0) + 1.0
                     A_rows.append(row)
                     b.append(0.0)
+                    tags.append(("receive", t, d, reader.id))
         sink = None if net.sink.external else net.sink.device
-        caps: list[tuple[int, int]] = []  # (S column, c column): S <= c
+        caps: list[tuple[str, int, int, int]] = []  # (tensor, device, S column, c column): S <= c
         for t in g.outputs:
             producer = g.producer(t)
             if producer is None or cover.get(producer, 0.0) <= 0:
@@ -223,12 +229,14 @@ class _FlowLP:
                     e_b = float(tx[d] + rx[sink]) * s_b
                 col = new_col("gather", d, nbytes * s_b, nbytes * e_b)
                 row[col] = 1.0
-                caps.append((col, c[producer, d]))
+                caps.append((t, d, col, c[producer, d]))
             A_rows.append(row)
             b.append(1.0)
-        for s_col, c_col in caps:  # c - S >= 0
+            tags.append(("gather", t))
+        for t, d, s_col, c_col in caps:  # c - S >= 0
             A_rows.append({c_col: 1.0, s_col: -1.0})
             b.append(0.0)
+            tags.append(("gather-cap", t, d))
         n = len(cols)
         if n == 0:
             raise _LPFailed()
