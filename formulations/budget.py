@@ -3,7 +3,8 @@ hot loops (stage-graph enumeration, relaxation, label search).
 
 ``with memory_budget(4e9):`` makes ``check_memory()`` raise ``MemoryBudgetExceeded`` once the
 resident set size (RSS, read from ``/proc/self/statm``, or ``resource`` where there is no
-/proc) exceeds the budget. The check reads the RSS at most once
+/proc) exceeds ``STOP_SHARE`` (90 %) of the budget, so that what a step allocates before the
+next check stays within it. The check reads the RSS at most once
 per ``_PERIOD_S`` seconds, so a call costs a clock read (the loops it sits in read the clock
 for their deadline anyway). Outside a
 ``memory_budget`` block ``check_memory()`` does nothing. The rounds
@@ -20,6 +21,10 @@ from contextlib import contextmanager
 
 DEFAULT_BUDGET = 4_000_000_000  # bytes (4 GB)
 _PERIOD_S = 0.05  # seconds between two reads of the RSS
+#: the search stops once the RSS passes this share of the budget: between two checks a step
+#: allocates more (the peaks measured over the certification table, with the check at the budget
+#: itself: up to 4,078 MiB against 3,815), so the stop comes early enough for the peak to stay under
+STOP_SHARE = 0.9
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -30,7 +35,8 @@ class MemoryBudgetExceeded(Exception):
 
     def __init__(self, rss: int, budget: int):
         super().__init__(f"the memory budget of {budget / 1e9:.3g} GB was hit (resident memory "
-                         f"{rss / 1e9:.3g} GB); raise it with -O memory_budget=SIZE")
+                         f"{rss / 1e9:.3g} GB, past the {STOP_SHARE:.0%} at which the search stops); raise it "
+                         "with -O memory_budget=SIZE")
         self.rss, self.budget = rss, budget
 
 
@@ -102,7 +108,7 @@ def check_memory() -> None:
         return
     _next_read = now + _PERIOD_S
     rss = rss_bytes()
-    if rss > _budget:
+    if rss > STOP_SHARE * _budget:
         raise MemoryBudgetExceeded(rss, _budget)
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from builders import chain_graph, device, fc_graph, make_instance, residual_graph
 
-from formulations.budget import MemoryBudgetExceeded, check_memory, memory_budget, parse_size, rss_bytes
+from formulations.budget import STOP_SHARE, MemoryBudgetExceeded, check_memory, memory_budget, parse_size, rss_bytes
 from milp_planner.cost.floors import Floor, lower_floor
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.errors import PlannerError
@@ -200,6 +200,9 @@ def test_check_memory_raises_only_inside_a_budget():
             check_memory()
     with memory_budget(rss_bytes() + 10**12):
         check_memory()
+    with memory_budget(int(rss_bytes() / STOP_SHARE * 0.99)):  # under the budget, past the share: stop
+        with pytest.raises(MemoryBudgetExceeded):
+            check_memory()
     check_memory()
 
 
