@@ -3,6 +3,7 @@ the pricers of one graph and remembered per part range, the per-part prices of
 ``stage_groups``, and the rule that skips the sub-fleet ladder on small spaces. Every cached
 number must equal the one computed afresh."""
 
+from dataclasses import replace
 from itertools import permutations
 
 import numpy as np
@@ -111,6 +112,16 @@ def test_the_ladder_is_skipped_only_for_latency_and_energy_over_small_spaces(mon
     assert ladder_pays(inst, "latency", 100)  # a stage over max_options: the relaxation refuses
     monkeypatch.setattr(subfleet, "SMALL_SPACE_OPTIONS", 10)
     assert ladder_pays(inst, "latency", 250_000)
+
+
+def test_the_ladder_runs_over_a_small_space_with_memory_caps_on_a_larger_fleet():
+    capped = replace(_fleet(5), devices=tuple(replace(d, memory_bytes=10**9) for d in _fleet(5).devices))
+    assert space_size(capped).total <= SMALL_SPACE_OPTIONS
+    assert ladder_pays(capped, "latency", 250_000) and ladder_pays(capped, "energy", 250_000)
+    assert not ladder_pays(_fleet(5), "energy", 250_000)  # the same fleet without caps
+    four = _fleet(4)
+    four = replace(four, devices=tuple(replace(d, memory_bytes=10**9) for d in four.devices))
+    assert not ladder_pays(four, "energy", 250_000)  # caps on 4 devices: the full search first
 
 
 def test_a_small_space_is_certified_without_the_ladder_and_the_same_optimum(monkeypatch):
