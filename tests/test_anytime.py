@@ -152,6 +152,15 @@ def test_the_start_never_beats_a_certified_optimum():
         assert v >= ref.value * (1 - 1e-9)
 
 
+def test_start_order_runs_hybrid_after_coopai_only_on_small_fleets():
+    from milp_planner.planners.anytime_start import start_order
+
+    small, large = start_order("energy", 4), start_order("energy", 16)
+    assert small.index("coopai") < small.index("hybrid") and large.index("hybrid") < large.index("coopai")
+    assert start_order("period", 4).index("hybrid") == 2 == start_order("period", 16).index("hybrid")
+    assert sorted(small) == sorted(large) == sorted(START_BASELINES)
+
+
 def test_start_budget():
     assert start_budget(None) == 2.0
     assert start_budget(60) == 2.0 and start_budget(10) == 1.0
