@@ -526,7 +526,8 @@ def limits_section(records: list[Record]) -> list[str]:
     lines = ["### Time limits and memory", "",
              f"Every exact run, its own `solve_time_s` against the issue's rule (the limit + {TIME_SLACK:.0%} + "
              f"{TIME_GRACE_S:g} s), and the child's peak resident memory (`getrusage`) against the exact planners' "
-             f"default memory budget ({DEFAULT_BUDGET / 1e9:g} GB = {BUDGET_MIB:,.0f} MiB; option `memory_budget`).", ""]
+             f"default memory budget ({DEFAULT_BUDGET / 1e9:g} GB = {BUDGET_MIB:,.0f} MiB; option "
+             "`memory_budget`).", ""]
     if timed:
         worst = max(timed, key=lambda r: r.solve_time_s - r.time_limit)
         lines.append(f"- Time: {len(timed) - len(over)} of {len(timed)} runs within the rule; the largest overrun "

@@ -138,9 +138,9 @@ def refined_coarse_bounds(instance: Instance, objective: str, deadline: float | 
                           symmetry: bool = True, refine_by: float | None = None) -> RefinedCoarse:
     """``coarse_bounds`` with the default grid, then with each grid of ``REFINE_GRIDS`` until
     ``refine_by`` (a ``time.perf_counter()`` value, at most ``deadline``; None: ``deadline``) or
-    until one raises the bound, keeping the bounds of the highest ``lower``. Every grid's bound is a proof (see the module:
-    widening regions only lowers a receive, and regions as they are need no widening), so the
-    best is too. The first pass raises ``TimeoutError`` past ``deadline``; a refinement pass
+    until one raises the bound, keeping the bounds of the highest ``lower``. Every grid's bound
+    is a proof (see the module: widening regions only lowers a receive, and regions as they are
+    need no widening), so the best is too. The first pass raises ``TimeoutError`` past ``deadline``; a refinement pass
     that would not fit (less than ``REFINE_MARGIN`` times the first pass's time left) is not
     started, and one that runs out of time is dropped.
 
@@ -153,9 +153,10 @@ def refined_coarse_bounds(instance: Instance, objective: str, deadline: float | 
     grid: int | None = COARSE_GRID
     passes = [{"grid": COARSE_GRID, "lower": float(best.lower), "seconds": round(first_s, 3)}]
     stop = deadline if refine_by is None else (refine_by if deadline is None else min(refine_by, deadline))
+    raised = False
     for g in REFINE_GRIDS:
         started = time.perf_counter()
-        if grid != COARSE_GRID or (stop is not None and stop - started < REFINE_MARGIN * first_s):
+        if raised or (stop is not None and stop - started < REFINE_MARGIN * first_s):
             break
         try:
             lb = coarse_bounds(instance, objective, deadline=stop, symmetry=symmetry, grid=g)
@@ -169,7 +170,7 @@ def refined_coarse_bounds(instance: Instance, objective: str, deadline: float | 
         passes.append({"grid": "exact" if g is None else g, "lower": float(lb.lower),
                        "seconds": round(time.perf_counter() - started, 3)})
         if lb.lower > best.lower:
-            best, grid = lb, g
+            best, grid, raised = lb, g, True
     return RefinedCoarse(best, grid, passes)
 
 
