@@ -234,7 +234,7 @@ def reduction_for(instance: Instance, objective: str, enabled: bool = True) -> s
     """The strongest reduction valid for ``objective`` on ``instance`` (see the module)."""
     if not enabled:
         return "none"
-    capped = instance.constraints.memory and any(d.memory_bytes is not None for d in instance.devices)
+    capped = instance.memory_capped
     if objective in ("latency", "energy") and not capped and getattr(instance.constraints, "period_s", None) is None:
         return "canonical"
     return "first-use"

@@ -155,7 +155,7 @@ def _with_flow(instance: Instance, objective: str, floor: Floor, deadline: float
         whole[0] = False
     if flow is not None and flow.value > floor.value:
         floor = Floor(flow.value, "flow")
-    capped = instance.constraints.memory and any(d.memory_bytes is not None for d in instance.devices)
+    capped = instance.memory_capped
     if flow is not None and (objective == "period" or capped):
         from milp_planner.cost.flow_mip import mip_floor
 

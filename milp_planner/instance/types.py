@@ -55,3 +55,8 @@ class Instance:
     @property
     def device_names(self) -> list[str]:
         return [d.name for d in self.devices]
+
+    @property
+    def memory_capped(self) -> bool:
+        """Whether memory caps apply: the constraint is on and some device has a capacity."""
+        return bool(self.constraints.memory) and any(d.memory_bytes is not None for d in self.devices)

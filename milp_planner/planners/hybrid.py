@@ -152,9 +152,8 @@ class _Pricing:
         self.axes = sp.axes
         self.max_parts = max(1, sp.max_parts)
         self.shared = instance.network.medium == "shared"
-        c = instance.constraints
         self.caps = None
-        if caps and c.memory and any(d.memory_bytes is not None for d in instance.devices):
+        if caps and instance.memory_capped:
             self.caps = tuple(INF if d.memory_bytes is None else float(d.memory_bytes) for d in instance.devices)
             if min(self.caps) >= memory_ceiling(instance, self.pr):
                 self.caps = None  # no plan can break a cap: the DP need not track memory

@@ -238,8 +238,7 @@ def ladder_pays(instance: Instance, objective: str, max_options: int, symmetry: 
     devices."""
     if objective not in ("latency", "energy"):
         return True
-    capped = instance.constraints.memory and any(d.memory_bytes is not None for d in instance.devices)
-    if capped and len(instance.devices) > SMALL_CAPPED_FLEET:
+    if instance.memory_capped and len(instance.devices) > SMALL_CAPPED_FLEET:
         return True
     try:
         size = space_size(instance, symmetry, stop_above=SMALL_SPACE_OPTIONS)
