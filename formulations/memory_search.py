@@ -10,7 +10,7 @@ decide it), so the label search keeps a dense front of weight sums.
 Memory does not depend on the devices' speeds, power or links, so plans that balance the
 weights and keep the working sets small do not need the many device orders and cut vectors of
 the space. This module searches restricted plan spaces, each a **stage graph of its own**
-(``restricted_graph``: every stage one layer, a few layouts per layer, every arc priced by the
+(``formulations.restricted.restricted_graph``: every stage one layer, a few layouts per layer, every arc priced by the
 evaluator's ``price_stage`` from its tail's ownership state), with **beam searches**
 (``beam_search``: per node the few labels of least memory so far; a label holds each device's
 weights and largest working set):
@@ -41,11 +41,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-import numpy as np
-
 from formulations.options import StageOption
-from formulations.stagegraph import Arc, StageGraph, Terminal, _state_key
-from milp_planner.cost.evaluator import evaluate, initial_owners, price_gather, price_stage, pricer
+from formulations.restricted import GraphTooLarge, beam_search, restricted_graph
+from milp_planner.cost.evaluator import evaluate
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
 from milp_planner.space.cuts import _valid, cut_vectors, equal_cuts, ranges_from_cuts, stage_extent
@@ -53,7 +51,6 @@ from milp_planner.space.plan import Plan
 
 #: the restricted spaces tried, in order (each larger than the one before)
 FAMILIES = ("uniform", "rotations")
-MAX_ARCS = 200_000  # a restricted graph larger than this is not built
 BEAMS = (1, 4, 16, 64)  # labels kept per node by the beam searches (a wider beam is not always better)
 
 
@@ -67,10 +64,6 @@ class MemoryPlan:
     source: str = ""
     tried: list[dict] = field(default_factory=list)
     seconds: float = 0.0
-
-
-class GraphTooLarge(RuntimeError):
-    """A restricted graph would exceed ``MAX_ARCS`` arcs."""
 
 
 def _balanced_cuts(instance: Instance, n: int, k: int, deadline: float | None) -> tuple | None:
@@ -123,140 +116,6 @@ def family_options(instance: Instance, family: str, deadline: float | None = Non
         return out
 
     return options
-
-
-def restricted_graph(instance: Instance, options_of: Callable[[int], Iterable[StageOption]],
-                     deadline: float | None = None, max_arcs: int = MAX_ARCS) -> StageGraph:
-    """The stage graph of the plans whose stages are each one layer and one of ``options_of(l)``.
-
-    Nodes are (boundary, ownership state) as in ``formulations.stagegraph``; every arc is priced
-    by the evaluator's ``price_stage`` from its tail's state, every terminal by ``price_gather``,
-    so a path's memory is the evaluator's memory of its plan. Raises ``TimeoutError`` past
-    ``deadline`` and ``GraphTooLarge`` beyond ``max_arcs`` arcs."""
-    pr = pricer(instance)
-    g = instance.graph
-    n = len(g.layers)
-    init = _state_key(initial_owners(pr))
-    node_id: dict[tuple, int] = {(0, init): 0}
-    nodes: list[tuple[int, tuple]] = [(0, init)]
-    arcs: list[Arc] = []
-    frontier = [0]
-    for b in range(n):
-        if deadline is not None and time.perf_counter() > deadline:
-            raise TimeoutError("the time limit ran out while building a restricted memory graph")
-        opts = list(options_of(b))
-        geos = [pr.geometry.parts(o.first, o.last, o.axis, list(o.ranges)) for o in opts]
-        nxt: list[int] = []
-        for nid in frontier:
-            if deadline is not None and time.perf_counter() > deadline:
-                raise TimeoutError("the time limit ran out while building a restricted memory graph")
-            owners = dict(nodes[nid][1])
-            for i, (opt, geo) in enumerate(zip(opts, geos)):
-                if i % 256 == 255 and deadline is not None and time.perf_counter() > deadline:
-                    raise TimeoutError("the time limit ran out while building a restricted memory graph")
-                sp = price_stage(pr, owners, opt.last, opt.devices, geo)
-                key = (b + 1, _state_key(sp.owners))
-                head = node_id.get(key)
-                if head is None:
-                    head = node_id[key] = len(nodes)
-                    nodes.append(key)
-                    nxt.append(head)
-                arcs.append(Arc(nid, head, opt, sp.tau, sp.energy, tuple(sp.load), sp.transfer_s,
-                                tuple(sp.weights), tuple(sp.working)))
-                if len(arcs) > max_arcs:
-                    raise GraphTooLarge(f"more than {max_arcs:,} arcs")
-        frontier = nxt
-    terminals = {}
-    for nid in frontier:
-        gp = price_gather(pr, dict(nodes[nid][1]))
-        terminals[nid] = Terminal(gp.seconds, gp.energy, tuple(gp.load))
-    sg = StageGraph(instance, nodes, arcs, 0, terminals)
-    sg.objective = "memory"
-    sg.out_arcs = [[] for _ in nodes]
-    sg.in_arcs = [[] for _ in nodes]
-    for i, a in enumerate(arcs):
-        sg.out_arcs[a.tail].append(i)
-        sg.in_arcs[a.head].append(i)
-    return sg
-
-
-def beam_search(sg: StageGraph, width: int, deadline: float | None = None) -> tuple[list[int], float] | None:
-    """A memory plan of ``sg`` (its arcs and value), or None when no path meets the caps:
-    labels (each device's weights and largest working set so far) extended boundary by
-    boundary, keeping at each node the ``width`` distinct labels of least memory so far (ties:
-    least summed memory), labels over a memory cap dropped. A heuristic: it proves nothing.
-    Vectorised per boundary (numpy)."""
-    inst = sg.instance
-    n_dev = len(inst.devices)
-    n_arcs = len(sg.arcs)
-    W = np.array([a.weights for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
-    K = np.array([a.working for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
-    caps = np.array([d.memory_bytes if (inst.constraints.memory and d.memory_bytes is not None) else math.inf
-                     for d in inst.devices], dtype=float)
-    tail = np.fromiter((a.tail for a in sg.arcs), dtype=np.int64, count=n_arcs)
-    head = np.fromiter((a.head for a in sg.arcs), dtype=np.int64, count=n_arcs)
-    bnd = np.fromiter((b for b, _ in sg.nodes), dtype=np.int64, count=sg.n_nodes)
-    by_tail = np.argsort(tail, kind="stable")  # out arcs of node v: by_tail[start[v]:start[v + 1]]
-    start = np.searchsorted(tail[by_tail], np.arange(sg.n_nodes + 1))
-    is_term = np.zeros(sg.n_nodes, dtype=bool)
-    is_term[list(sg.terminals)] = True
-    parent: list[np.ndarray] = []  # per label: the label it extends and its arc (-1: the source's label)
-    via: list[np.ndarray] = []
-    n_labels = 0
-    # candidates waiting per boundary: (node, W, K, parent label, arc)
-    pool: dict[int, list] = {int(bnd[sg.source]): [(np.array([sg.source]), np.zeros((1, n_dev)),
-                                                     np.zeros((1, n_dev)), np.full(1, -1), np.full(1, -1))]}
-    best = (math.inf, -1)
-    while pool:
-        b = min(pool)
-        if deadline is not None and time.perf_counter() > deadline:
-            raise TimeoutError("the time limit ran out in the memory beam search")
-        node, Wl, Kl, src, arc = (np.concatenate(x) for x in zip(*pool.pop(b)))
-        mem = (Wl + Kl).max(axis=1)
-        total = (Wl + Kl).sum(axis=1)
-        order = np.lexsort((total, mem, node))
-        node, Wl, Kl, src, arc, mem = node[order], Wl[order], Kl[order], src[order], arc[order], mem[order]
-        # drop a label equal to the one before it at its node, then keep the first ``width`` per node
-        same = np.zeros(len(node), dtype=bool)
-        same[1:] = (node[1:] == node[:-1]) & (Wl[1:] == Wl[:-1]).all(axis=1) & (Kl[1:] == Kl[:-1]).all(axis=1)
-        keep = ~same
-        node, Wl, Kl, src, arc, mem = node[keep], Wl[keep], Kl[keep], src[keep], arc[keep], mem[keep]
-        first = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
-        rank = np.arange(len(node)) - np.repeat(first, np.diff(np.r_[first, len(node)]))
-        keep = rank < width
-        node, Wl, Kl, src, arc, mem = node[keep], Wl[keep], Kl[keep], src[keep], arc[keep], mem[keep]
-        ids = np.arange(n_labels, n_labels + len(node))
-        parent.append(src)
-        via.append(arc)
-        n_labels += len(node)
-        term = is_term[node]
-        if term.any():
-            i = int(np.argmin(np.where(term, mem, np.inf)))
-            if mem[i] < best[0]:
-                best = (float(mem[i]), int(ids[i]))
-        deg = start[node + 1] - start[node]
-        if not deg.sum():
-            continue
-        rep = np.repeat(np.arange(len(node)), deg)
-        offs = np.arange(len(rep)) - np.repeat(np.cumsum(deg) - deg, deg)
-        A = by_tail[start[node][rep] + offs]
-        W2 = Wl[rep] + W[A]
-        K2 = np.maximum(Kl[rep], K[A])
-        ok = ((W2 + K2) <= caps).all(axis=1)
-        A, W2, K2, lab = A[ok], W2[ok], K2[ok], ids[rep[ok]]
-        hb = bnd[head[A]]
-        for t in np.unique(hb).tolist():
-            m = hb == t
-            pool.setdefault(t, []).append((head[A[m]], W2[m], K2[m], lab[m], A[m]))
-    if best[1] < 0:
-        return None
-    parent_a, via_a = np.concatenate(parent), np.concatenate(via)
-    path, g = [], best[1]
-    while g >= 0:
-        if via_a[g] >= 0:
-            path.append(int(via_a[g]))
-        g = int(parent_a[g])
-    return path[::-1], best[0]
 
 
 def memory_plans(instance: Instance, deadline: float | None = None, upper: float = math.inf,

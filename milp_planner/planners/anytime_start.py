@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
-from milp_planner.space.cuts import (Cuts, family_vectors, grid_points, ranges_from_cuts, snap_to_points, speeds,
-                                     stage_extent)
+from milp_planner.space.cuts import nearest_cuts, ranges_from_cuts, stage_extent
 from milp_planner.space.plan import Part, Plan, Stage
 
 #: the fast baselines, cheapest and most often best first (measured: each well under a second
@@ -101,7 +100,16 @@ class StartReport:
     outcomes: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     values: dict[str, float] = field(default_factory=dict)  # the usable plans' objectives
+    plans: dict[str, Plan] = field(default_factory=dict)  # the usable plans (in the space, within the caps)
     memory_search: dict | None = None  # the memory objective's restricted searches (planners.exact)
+    polish: dict | None = None  # the combination of the plans' layouts (planners.exact, formulations.polish)
+
+    def ranked_plans(self) -> list[Plan]:
+        """The incumbent's plan, then every usable baseline plan, best first."""
+        out = [self.start.plan] if self.start is not None else []
+        out += [self.plans[n] for n in sorted(self.plans, key=lambda n: self.values[n])
+                if self.start is None or self.plans[n] is not self.start.plan]
+        return out
 
     def info(self) -> dict:
         """For ``PlanResult.info["anytime"]``."""
@@ -111,6 +119,8 @@ class StartReport:
                "values": dict(self.values), "seconds": self.seconds}
         if self.memory_search is not None:
             out["memory_search"] = self.memory_search
+        if self.polish is not None:
+            out["polish"] = self.polish
         return out
 
 
@@ -134,6 +144,7 @@ def run_start(instance: Instance, objective: str, budget: float, seed: int = 0,
     best: Start | None = None
     outcomes: dict[str, str] = {}
     values: dict[str, float] = {}
+    plans: dict[str, Plan] = {}
     patience = start_patience(budget, time_limit)
     for name in start_order(objective, len(instance.devices)):
         left = budget + (patience if best is None else 0.0) - (time.perf_counter() - t0)
@@ -163,10 +174,11 @@ def run_start(instance: Instance, objective: str, budget: float, seed: int = 0,
             outcomes[name] = f"{'projected plan ' if projected else ''}not usable: {why}"[:240]
             continue
         value = values[name] = m.value(objective)
+        plans[name] = plan
         outcomes[name] = f"{value:.6g}" + (" (projected into the space)" if projected else "")
         if best is None or value < best.value:
             best = Start(plan, value, name, projected)
-    return StartReport(best, outcomes, time.perf_counter() - t0, values)
+    return StartReport(best, outcomes, time.perf_counter() - t0, values, plans)
 
 
 def project(plan: Plan, instance: Instance, deadline: float | None = None) -> Plan:
@@ -205,38 +217,10 @@ def _project_stage(instance: Instance, s: Stage, first: int, last: int) -> Stage
     keep = sorted(sorted(s.parts, key=_size, reverse=True)[:k_max], key=lambda p: p.range[0])
     n = stage_extent(instance, last, axis)
     while len(keep) >= 2:
-        cuts = _nearest_cuts(instance, n, [_size(p) for p in keep])
+        cuts = nearest_cuts(instance, n, [_size(p) for p in keep])
         if cuts is not None:
             parts = tuple(Part(p.device, r) for p, r in zip(keep, ranges_from_cuts(cuts, n)))
             return Stage(first, last, axis, parts)
         smallest = min(keep, key=_size)
         keep = [p for p in keep if p is not smallest]
     return whole
-
-
-def _nearest_cuts(instance: Instance, n: int, sizes: list[int]) -> Cuts | None:
-    """The cut vector of the split families for ``len(sizes)`` parts of ``n`` closest (least
-    total distance) to cutting ``n`` in the proportions ``sizes``; None if there is none."""
-    k = len(sizes)
-    if k > n:
-        return None
-    total = sum(sizes) or 1
-    acc, target = 0, []
-    for size in sizes[:-1]:
-        acc += size
-        target.append(acc * n / total)
-    candidates: list[Cuts] = []
-    sp = instance.search
-    for family in sp.splits:
-        if family.startswith("grid:"):
-            snapped = snap_to_points(list(grid_points(n, int(family.split(":", 1)[1]))), target)
-            if snapped is not None:
-                candidates.append(snapped)
-        else:
-            try:
-                candidates += family_vectors(family, speeds(instance), n, k, sp.max_parts, instance.name)
-            except PlannerError:
-                continue  # a family too large to list: the others may still fit
-    if not candidates:
-        return None
-    return min(candidates, key=lambda c: sum(abs(a - b) for a, b in zip(c, target)))

@@ -26,6 +26,7 @@ from formulations.certificate import Exploration, GraphSolve, MemoryStop, Search
 from milp_planner.cost.floors import lower_floor
 from formulations.diagnosis import explain_infeasible
 from formulations.memory_search import memory_plans
+from formulations.polish import polish
 from formulations.minmax import MINMAX
 from formulations.drivers import solve_cpsat, solve_dp, solve_highs
 from formulations.rounds import CoarseOnly, RoundSettings, explore
@@ -51,6 +52,8 @@ FLOOR_SHARE = 0.1  # the floors before the search (cost.flow's LP; for the perio
 FLOOR_GRACE_S = 0.25  # a floor not computed before the search: at most this long past the limit
 MEMORY_SEARCH_S = 5.0  # the memory objective's restricted searches (memory_start): at most this long
 MEMORY_SEARCH_SHARE = 0.1  # and at most this share of the time left
+POLISH_S = 4.0  # the combination of the start's layouts (polish_start): at most this long
+POLISH_SHARE = 0.08  # and at most this share of the time left
 
 
 @dataclass
@@ -115,6 +118,8 @@ ANYTIME_OPTIONS = (
            "(bytes, or like 4GB, 512MB)", check=size_problem),
     Option("memory_search", bool, True, "memory objective: beam searches over small restricted plan spaces "
            "improve the anytime start (formulations.memory_search; with anytime)"),
+    Option("polish", bool, True, "the best plan built from the stage layouts of the anytime start's plans "
+           "becomes the incumbent (formulations.polish; with anytime)"),
 )
 FIX_ARCS = Option("fix_arcs", bool, True, "remove arcs that cannot beat the warm start (reduced-cost fixing)")
 LOG = Option("log", bool, False, "print the solver log")
@@ -264,6 +269,7 @@ class ExactPlanner(Planner):
             return proven
         with memory_budget(self.memory_budget()):
             ladder = self.subfleet_ladder(instance, ctx, start)
+            self.polish_start(instance, ctx, start)
             try:
                 ex = self.explore(instance, ctx, incumbent=start.start.value if start and start.start else None,
                                   relaxation_credit=ladder.seconds if ladder is not None else 0.0)
@@ -328,6 +334,30 @@ class ExactPlanner(Planner):
         start.start = Start(found.plan, found.value, f"memory search ({found.source})", False)
         ctx.report(phase=f"anytime start: memory search ({found.source})", incumbent=found.value, force=True)
         return True
+
+    def polish_start(self, instance: Instance, ctx: SolveContext, start: StartReport | None) -> None:
+        """The best plan built from the stage layouts of the start's plans (``formulations.polish``)
+        within ``POLISH_SHARE`` of the time left (at most ``POLISH_S``); a better plan becomes the
+        incumbent (``info["anytime"]["polish"]`` records what was tried). Not over small spaces
+        for latency and energy (``ladder_pays``), where the full search is quicker; option ``polish``."""
+        if start is None or start.start is None or not self.options.get("polish", True):
+            return
+        if not ladder_pays(instance, ctx.objective, int(self.options.get("max_options", 250_000)),
+                           bool(self.options.get("symmetry", True))):
+            return
+        left = ctx.remaining()
+        budget = POLISH_S if left is None else min(POLISH_S, POLISH_SHARE * left)
+        if budget < MIN_TRY_S:
+            return
+        ctx.report(phase="anytime start: combining the plans' stage layouts", force=True)
+        found = polish(instance, ctx.objective, start.ranked_plans(), upper=start.start.value,
+                       deadline=time.perf_counter() + budget)
+        start.polish = {"tried": found.tried, "seconds": round(found.seconds, 3),
+                        "best": found.value if found.plan is not None else None}
+        if found.plan is None:
+            return
+        start.start = Start(found.plan, found.value, f"polish ({found.source})", False)
+        ctx.report(phase=f"anytime start: polish ({found.source})", incumbent=found.value, force=True)
 
     def subfleet_ladder(self, instance: Instance, ctx: SolveContext, start: StartReport | None) -> Ladder | None:
         """The sub-fleet ladder (``planners.subfleet``) within ``LADDER_SHARE`` of the time limit;

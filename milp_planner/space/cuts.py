@@ -254,3 +254,31 @@ def out_of_space(plan: Plan, instance: Instance) -> list[str]:
         if k <= sp.max_parts and not cuts_in_space(instance, n, cuts):
             reasons.append(f"{where}: cuts {list(cuts)} of {n} are not from splits {list(sp.splits)}")
     return reasons
+
+
+def nearest_cuts(instance: Instance, n: int, sizes: list[int]) -> Cuts | None:
+    """The cut vector of the split families for ``len(sizes)`` parts of ``n`` closest (least
+    total distance) to cutting ``n`` in the proportions ``sizes``; None if there is none."""
+    k = len(sizes)
+    if k > n:
+        return None
+    total = sum(sizes) or 1
+    acc, target = 0, []
+    for size in sizes[:-1]:
+        acc += size
+        target.append(acc * n / total)
+    candidates: list[Cuts] = []
+    sp = instance.search
+    for family in sp.splits:
+        if family.startswith("grid:"):
+            snapped = snap_to_points(list(grid_points(n, int(family.split(":", 1)[1]))), target)
+            if snapped is not None:
+                candidates.append(snapped)
+        else:
+            try:
+                candidates += family_vectors(family, speeds(instance), n, k, sp.max_parts, instance.name)
+            except PlannerError:
+                continue  # a family too large to list: the others may still fit
+    if not candidates:
+        return None
+    return min(candidates, key=lambda c: sum(abs(a - b) for a, b in zip(c, target)))

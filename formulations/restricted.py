@@ -1,0 +1,202 @@
+"""Restricted plan spaces: small stage graphs of chosen stage options, and beam searches over them.
+
+The whole space (``formulations.stagegraph``) is too large to enumerate on big fleets, but a
+space of a few stage options per layer window is not. ``restricted_graph`` builds the stage
+graph of the plans whose stages are each one of given options: nodes are (boundary, ownership
+state) as in the whole graph, every arc is priced by the evaluator's ``price_stage`` from its
+tail's state and every terminal by ``price_gather``, so a path's value is the evaluator's value
+of its plan. ``beam_search`` then finds a good path for any objective: it extends labels
+boundary by boundary and keeps the ``width`` best per node. For latency and energy without
+memory caps a width of 1 is exact (the best prefix at a node is the best one to extend); for the
+period, memory or under memory caps it is a heuristic.
+
+Users: ``formulations.memory_search`` (one-layer stages in a few balanced layouts, memory) and
+``formulations.polish`` (the layouts of the plans at hand, every objective). Neither proves
+anything about the whole space; the exact planners only take their plans as incumbents.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Iterable
+
+import numpy as np
+
+from formulations.options import StageOption
+from formulations.stagegraph import Arc, StageGraph, Terminal, _state_key
+from milp_planner.cost.evaluator import initial_owners, price_gather, price_stage, pricer
+from milp_planner.instance import Instance
+
+MAX_ARCS = 200_000  # a restricted graph larger than this is not built
+OBJECTIVES = ("latency", "energy", "period", "memory")
+
+
+class GraphTooLarge(RuntimeError):
+    """A restricted graph would exceed its arc limit."""
+
+
+def restricted_graph(instance: Instance, options_of: Callable[[int], Iterable[StageOption]],
+                     deadline: float | None = None, max_arcs: int = MAX_ARCS) -> StageGraph:
+    """The stage graph of the plans whose stages are each one of ``options_of(b)``, the options
+    starting at layer ``b`` (each ``first == b``; ``last`` may be any later layer).
+
+    Raises ``TimeoutError`` past ``deadline`` (a ``time.perf_counter()`` value) and
+    ``GraphTooLarge`` beyond ``max_arcs`` arcs."""
+    pr = pricer(instance)
+    n = len(instance.graph.layers)
+    init = _state_key(initial_owners(pr))
+    node_id: dict[tuple, int] = {(0, init): 0}
+    nodes: list[tuple[int, tuple]] = [(0, init)]
+    at: dict[int, list[int]] = {0: [0]}  # the nodes of each boundary not yet expanded
+    arcs: list[Arc] = []
+
+    def late() -> bool:
+        return deadline is not None and time.perf_counter() > deadline
+
+    for b in range(n):
+        frontier = at.pop(b, [])
+        if not frontier:
+            continue
+        if late():
+            raise TimeoutError("the time limit ran out while building a restricted stage graph")
+        opts = list(options_of(b))
+        if any(o.first != b or not b <= o.last < n for o in opts):
+            raise ValueError(f"options_of({b}) gave an option that does not start at layer {b}")
+        geos = [pr.geometry.parts(o.first, o.last, o.axis, list(o.ranges)) for o in opts]
+        for nid in frontier:
+            owners = dict(nodes[nid][1])
+            for i, (opt, geo) in enumerate(zip(opts, geos)):
+                if i % 256 == 255 and late():
+                    raise TimeoutError("the time limit ran out while building a restricted stage graph")
+                sp = price_stage(pr, owners, opt.last, opt.devices, geo)
+                key = (opt.last + 1, _state_key(sp.owners))
+                head = node_id.get(key)
+                if head is None:
+                    head = node_id[key] = len(nodes)
+                    nodes.append(key)
+                    at.setdefault(opt.last + 1, []).append(head)
+                arcs.append(Arc(nid, head, opt, sp.tau, sp.energy, tuple(sp.load), sp.transfer_s,
+                                tuple(sp.weights), tuple(sp.working)))
+                if len(arcs) > max_arcs:
+                    raise GraphTooLarge(f"more than {max_arcs:,} arcs")
+    terminals = {}
+    for nid in at.get(n, []):
+        gp = price_gather(pr, dict(nodes[nid][1]))
+        terminals[nid] = Terminal(gp.seconds, gp.energy, tuple(gp.load))
+    sg = StageGraph(instance, nodes, arcs, 0, terminals)
+    sg.out_arcs = [[] for _ in nodes]
+    sg.in_arcs = [[] for _ in nodes]
+    for i, a in enumerate(arcs):
+        sg.out_arcs[a.tail].append(i)
+        sg.in_arcs[a.head].append(i)
+    return sg
+
+
+def _scores(objective: str, shared: bool, W, K, L, C, T) -> tuple[np.ndarray, np.ndarray]:
+    """Each label's objective so far and a tie-break (less is better for both)."""
+    if objective == "memory":
+        M = W + K
+        return M.max(axis=1), M.sum(axis=1)
+    if objective == "period":
+        p = L.max(axis=1)
+        return (np.maximum(p, T) if shared else p), L.sum(axis=1)
+    return C, L.sum(axis=1)
+
+
+def beam_search(sg: StageGraph, width: int, deadline: float | None = None,
+                objective: str = "memory") -> tuple[list[int], float] | None:
+    """A good path of ``sg`` for ``objective`` (its arcs and value, the evaluator's value of its
+    plan), or None when no path meets the memory caps.
+
+    A label holds what a partial plan has accumulated: every device's weight bytes and largest
+    working set (memory, caps), every device's load (period), its additive cost (latency or
+    energy) and its summed transfer seconds (a shared medium's period). Labels are extended
+    boundary by boundary; at each node the ``width`` distinct labels of least objective so far
+    are kept (ties: least summed memory or load) and labels over a memory cap are dropped. For
+    latency and energy without caps ``width=1`` is exact; otherwise a heuristic. Vectorised per
+    boundary (numpy)."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}")
+    inst = sg.instance
+    n_dev = len(inst.devices)
+    n_arcs = len(sg.arcs)
+    shared = inst.network.medium == "shared"
+    W = np.array([a.weights for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
+    K = np.array([a.working for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
+    L = np.array([a.load for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
+    cost = (lambda a: a.energy) if objective == "energy" else (lambda a: a.tau)
+    C = np.fromiter((cost(a) for a in sg.arcs), dtype=float, count=n_arcs)
+    T = np.fromiter((a.transfer_s for a in sg.arcs), dtype=float, count=n_arcs)
+    caps = np.array([d.memory_bytes if (inst.constraints.memory and d.memory_bytes is not None) else math.inf
+                     for d in inst.devices], dtype=float)
+    tail = np.fromiter((a.tail for a in sg.arcs), dtype=np.int64, count=n_arcs)
+    head = np.fromiter((a.head for a in sg.arcs), dtype=np.int64, count=n_arcs)
+    bnd = np.fromiter((b for b, _ in sg.nodes), dtype=np.int64, count=sg.n_nodes)
+    by_tail = np.argsort(tail, kind="stable")  # out arcs of node v: by_tail[start[v]:start[v + 1]]
+    start = np.searchsorted(tail[by_tail], np.arange(sg.n_nodes + 1))
+    is_term = np.zeros(sg.n_nodes, dtype=bool)
+    is_term[list(sg.terminals)] = True
+    parent: list[np.ndarray] = []  # per label: the label it extends and its arc (-1: the source's label)
+    via: list[np.ndarray] = []
+    n_labels = 0
+    zeros = np.zeros((1, n_dev))
+    # candidates waiting per boundary: (node, W, K, L, C, T, parent label, arc)
+    pool: dict[int, list] = {int(bnd[sg.source]): [(np.array([sg.source]), zeros, zeros, zeros, np.zeros(1),
+                                                     np.zeros(1), np.full(1, -1), np.full(1, -1))]}
+    best = (math.inf, -1)
+    while pool:
+        b = min(pool)
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TimeoutError("the time limit ran out in the beam search")
+        node, Wl, Kl, Ll, Cl, Tl, src, arc = (np.concatenate(x) for x in zip(*pool.pop(b)))
+        score, tie = _scores(objective, shared, Wl, Kl, Ll, Cl, Tl)
+        order = np.lexsort((tie, score, node))
+        node, Wl, Kl, Ll, Cl, Tl, src, arc = (x[order] for x in (node, Wl, Kl, Ll, Cl, Tl, src, arc))
+        # drop a label equal to the one before it at its node, then keep the first ``width`` per node
+        same = np.zeros(len(node), dtype=bool)
+        same[1:] = ((node[1:] == node[:-1]) & (Wl[1:] == Wl[:-1]).all(axis=1) & (Kl[1:] == Kl[:-1]).all(axis=1)
+                    & (Ll[1:] == Ll[:-1]).all(axis=1) & (Cl[1:] == Cl[:-1]) & (Tl[1:] == Tl[:-1]))
+        node, Wl, Kl, Ll, Cl, Tl, src, arc = (x[~same] for x in (node, Wl, Kl, Ll, Cl, Tl, src, arc))
+        first = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])
+        rank = np.arange(len(node)) - np.repeat(first, np.diff(np.r_[first, len(node)]))
+        keep = rank < width
+        node, Wl, Kl, Ll, Cl, Tl, src, arc = (x[keep] for x in (node, Wl, Kl, Ll, Cl, Tl, src, arc))
+        ids = np.arange(n_labels, n_labels + len(node))
+        parent.append(src)
+        via.append(arc)
+        n_labels += len(node)
+        term = np.flatnonzero(is_term[node])
+        if len(term):
+            tl = [sg.terminals[int(v)] for v in node[term]]
+            gather_s = np.array([t.gather_s for t in tl])
+            add = gather_s if objective != "energy" else np.array([t.energy for t in tl])
+            final, _ = _scores(objective, shared, Wl[term], Kl[term], Ll[term] + np.array([t.load for t in tl]),
+                               Cl[term] + add, Tl[term] + gather_s)
+            i = int(np.argmin(final))
+            if final[i] < best[0]:
+                best = (float(final[i]), int(ids[term[i]]))
+        deg = start[node + 1] - start[node]
+        if not deg.sum():
+            continue
+        rep = np.repeat(np.arange(len(node)), deg)
+        offs = np.arange(len(rep)) - np.repeat(np.cumsum(deg) - deg, deg)
+        A = by_tail[start[node][rep] + offs]
+        W2 = Wl[rep] + W[A]
+        K2 = np.maximum(Kl[rep], K[A])
+        ok = ((W2 + K2) <= caps).all(axis=1)
+        A, W2, K2, lab = A[ok], W2[ok], K2[ok], ids[rep[ok]]
+        L2, C2, T2 = Ll[rep[ok]] + L[A], Cl[rep[ok]] + C[A], Tl[rep[ok]] + T[A]
+        hb = bnd[head[A]]
+        for t in np.unique(hb).tolist():
+            m = hb == t
+            pool.setdefault(t, []).append((head[A[m]], W2[m], K2[m], L2[m], C2[m], T2[m], lab[m], A[m]))
+    if best[1] < 0:
+        return None
+    parent_a, via_a = np.concatenate(parent), np.concatenate(via)
+    path, g = [], best[1]
+    while g >= 0:
+        if via_a[g] >= 0:
+            path.append(int(via_a[g]))
+        g = int(parent_a[g])
+    return path[::-1], best[0]
