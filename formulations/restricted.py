@@ -93,15 +93,35 @@ def restricted_graph(instance: Instance, options_of: Callable[[int], Iterable[St
     return sg
 
 
-def _scores(objective: str, shared: bool, W, K, L, C, T) -> tuple[np.ndarray, np.ndarray]:
-    """Each label's objective so far and a tie-break (less is better for both)."""
+def _scores(objective: str, shared: bool, W, K, L, C, T, togo=None) -> tuple[np.ndarray, np.ndarray]:
+    """Each label's rank (its objective so far; for the period, at least its loads spread with
+    the least load still to come, ``togo``, over every device) and a tie-break (less is better
+    for both)."""
     if objective == "memory":
         M = W + K
         return M.max(axis=1), M.sum(axis=1)
     if objective == "period":
         p = L.max(axis=1)
+        if togo is not None:
+            p = np.maximum(p, (L.sum(axis=1) + togo) / L.shape[1])
         return (np.maximum(p, T) if shared else p), L.sum(axis=1)
     return C, L.sum(axis=1)
+
+
+def _load_to_go(sg: StageGraph, tail: np.ndarray, head: np.ndarray, L: np.ndarray) -> np.ndarray:
+    """Per node: the least summed load (compute and receive seconds over every device) of any
+    path from it to a terminal, gather included (a backward pass over the boundaries)."""
+    togo = np.full(sg.n_nodes, np.inf)
+    for v, t in sg.terminals.items():
+        togo[v] = sum(t.load)
+    w = L.sum(axis=1)
+    bnd = np.array([b for b, _ in sg.nodes])
+    order = np.argsort(-bnd[tail], kind="stable")  # arcs by tail boundary, latest first
+    tb = bnd[tail][order]
+    for b in np.unique(tb)[::-1]:
+        sel = order[tb == b]
+        np.minimum.at(togo, tail[sel], w[sel] + togo[head[sel]])
+    return togo
 
 
 def beam_search(sg: StageGraph, width: int, deadline: float | None = None,
@@ -137,6 +157,7 @@ def beam_search(sg: StageGraph, width: int, deadline: float | None = None,
     start = np.searchsorted(tail[by_tail], np.arange(sg.n_nodes + 1))
     is_term = np.zeros(sg.n_nodes, dtype=bool)
     is_term[list(sg.terminals)] = True
+    togo = _load_to_go(sg, tail, head, L) if objective == "period" else None
     parent: list[np.ndarray] = []  # per label: the label it extends and its arc (-1: the source's label)
     via: list[np.ndarray] = []
     n_labels = 0
@@ -150,7 +171,7 @@ def beam_search(sg: StageGraph, width: int, deadline: float | None = None,
         if deadline is not None and time.perf_counter() > deadline:
             raise TimeoutError("the time limit ran out in the beam search")
         node, Wl, Kl, Ll, Cl, Tl, src, arc = (np.concatenate(x) for x in zip(*pool.pop(b)))
-        score, tie = _scores(objective, shared, Wl, Kl, Ll, Cl, Tl)
+        score, tie = _scores(objective, shared, Wl, Kl, Ll, Cl, Tl, None if togo is None else togo[node])
         order = np.lexsort((tie, score, node))
         node, Wl, Kl, Ll, Cl, Tl, src, arc = (x[order] for x in (node, Wl, Kl, Ll, Cl, Tl, src, arc))
         # drop a label equal to the one before it at its node, then keep the first ``width`` per node
