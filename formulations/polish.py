@@ -124,9 +124,10 @@ def layout_options(instance: Instance, devices: Sequence[int], layouts: Sequence
 
 
 def polish(instance: Instance, objective: str, plans: Sequence[Plan], upper: float = math.inf,
-           deadline: float | None = None) -> Polished:
+           deadline: float | None = None, exact: bool = True) -> Polished:
     """The best plan of the spaces built from ``plans`` (best first: the first rings use the
     first of them), if better than ``upper`` (see the module). A heuristic: it proves nothing.
+    ``exact``: for the period and memory, the label search follows the beam (False: the beam only).
     A plan is kept only when the evaluator finds it in the space, within the caps, with the
     value the graph gave it (a disagreement is a pricing bug and raises)."""
     started = time.perf_counter()
@@ -159,7 +160,7 @@ def polish(instance: Instance, objective: str, plans: Sequence[Plan], upper: flo
                 break
             if got is not None and (found is None or got[1] < found[1]):
                 found = got
-        if objective in MINMAX and (deadline is None or time.perf_counter() < deadline):
+        if exact and objective in MINMAX and (deadline is None or time.perf_counter() < deadline):
             # the beam is a heuristic for the min-max objectives; the label search is exact
             bar = min(upper, best.value, found[1] if found is not None else math.inf)
             exact = minmax_search(sg, objective, upper=bar, deadline=deadline)

@@ -150,12 +150,37 @@ def test_beam_search_is_exact_with_room_and_width_one_for_additive_objectives(ca
             assert fits(got[0]) and got[1] >= exact * (1 - 1e-12)
 
 
-def test_the_exact_planners_take_the_polished_plan_as_their_incumbent():
-    """On a space the ladder pays for (period), ``info["anytime"]["polish"]`` says what polish did;
-    with option polish off it is absent; the certificate is the same either way."""
+def test_the_exact_planners_record_polish_and_keep_its_plan_aside_on_small_spaces():
+    """On a small space (period) polish runs the beam only and keeps its plan aside: the rounds
+    start from the baselines' best; ``info["anytime"]["polish"]`` says so; with option polish
+    off it is absent; the certificate is the same either way."""
     inst = CASES["tiny-residual-3dev"]()
     on = get_planner("dp").solve(inst, objective="period", time_limit=30)
     off = get_planner("dp", polish=False).solve(inst, objective="period", time_limit=30)
-    assert "polish" in on.info["anytime"] and "polish" not in off.info["anytime"]
+    assert on.info["anytime"]["polish"]["aside"] is True
+    assert not on.info["anytime"]["start"].startswith("polish")
+    assert "polish" not in off.info["anytime"]
     assert on.status == off.status == "optimal"
     assert on.objective == pytest.approx(off.objective, rel=1e-9)
+
+
+def test_a_plan_kept_aside_replaces_a_worse_returned_plan_only():
+    from milp_planner.planners.anytime_start import Start, StartReport
+    from milp_planner.planners.base import PlanResult, SolveContext
+    from milp_planner.planners.exact import ExactPlanner
+
+    inst = CASES["chain"]()
+    plans = _plans(inst, "latency")
+    worst, best = plans[-1], plans[0]
+    v_best = evaluate(best, inst).value("latency")
+    assert v_best < evaluate(worst, inst).value("latency")
+    ctx = SolveContext(objective="latency")
+    start = StartReport(None)
+    start.aside = Start(best, v_best, "polish (1 plan)", False)
+    res = PlanResult("dp", "timeout", "latency", plan=worst, bound=0.0, message="stopped")
+    ExactPlanner._take_aside(inst, ctx, res, start)
+    assert res.plan is best and "kept aside" in res.info["plan_from"] and "kept aside" in res.message
+    res = PlanResult("dp", "timeout", "latency", plan=best, bound=0.0, message="stopped")
+    start.aside = Start(worst, evaluate(worst, inst).value("latency"), "polish (1 plan)", False)
+    ExactPlanner._take_aside(inst, ctx, res, start)
+    assert res.plan is best and "plan_from" not in res.info

@@ -240,11 +240,17 @@ def ladder_pays(instance: Instance, objective: str, max_options: int, symmetry: 
         return True
     if instance.memory_capped and len(instance.devices) > SMALL_CAPPED_FLEET:
         return True
+    return not small_space(instance, max_options, symmetry)
+
+
+def small_space(instance: Instance, max_options: int, symmetry: bool = True) -> bool:
+    """At most ``SMALL_SPACE_OPTIONS`` stage options in all (``space_size``) and no stage over
+    ``max_options``."""
     try:
         size = space_size(instance, symmetry, stop_above=SMALL_SPACE_OPTIONS)
     except (PlannerError, TimeoutError):  # a split family too large to list: not small
-        return True
-    return size.total > SMALL_SPACE_OPTIONS or size.largest > max_options
+        return False
+    return size.total <= SMALL_SPACE_OPTIONS and size.largest <= max_options
 
 
 def neighbourhoods(instance: Instance, objective: str, incumbent: Plan | None,
