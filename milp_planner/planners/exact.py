@@ -54,6 +54,7 @@ MEMORY_SEARCH_S = 5.0  # the memory objective's restricted searches (memory_star
 MEMORY_SEARCH_SHARE = 0.1  # and at most this share of the time left
 POLISH_S = 4.0  # the combination of the start's layouts (polish_start): at most this long
 POLISH_SHARE = 0.08  # and at most this share of the time left
+POLISH_EXACT_OPTIONS = 20_000  # over spaces of at most this many stage options, polish runs its beam only
 
 
 @dataclass
@@ -342,12 +343,14 @@ class ExactPlanner(Planner):
         within ``POLISH_SHARE`` of the time left (at most ``POLISH_S``); a better plan becomes the
         incumbent (``info["anytime"]["polish"]`` records what was tried). Not over small spaces
         for latency and energy (``ladder_pays``), where the full search is quicker. Over small
-        spaces for the period and memory the beam only, without the label search, and its plan
-        is kept aside (``StartReport.aside``): returned if the rounds end with nothing better,
-        but not their incumbent. On ``examples/edge-3dev.yaml`` period the label search took 3.3
-        of the 60 s the rounds need to certify, and with the polished plan as their incumbent
-        (93.27 ms instead of pipeedge's 97.94 ms) the rounds' label search took another path
-        and did not certify within the minute; option ``polish``."""
+        spaces for the period and memory its plan is kept aside (``StartReport.aside``):
+        returned if the rounds end with nothing better, but not their incumbent; and over the
+        smallest (at most ``POLISH_EXACT_OPTIONS``) the beam only, without the label search. On
+        ``examples/edge-3dev.yaml`` period (4,791 options) the label search took 3.3 of the 60 s
+        the rounds need to certify, and with the polished plan as their incumbent (93.27 ms
+        instead of pipeedge's 97.94 ms) the rounds' label search took another path and did not
+        certify within the minute; on ``fleet/vgg16-4dev-uncapped.yaml`` (104,008 options) the
+        label search finds 379.8 ms, the beam nothing better than 387.1 ms; option ``polish``."""
         if start is None or start.start is None or not self.options.get("polish", True):
             return
         max_options, symmetry = int(self.options.get("max_options", 250_000)), bool(self.options.get("symmetry", True))
@@ -359,8 +362,9 @@ class ExactPlanner(Planner):
             return
         ctx.report(phase="anytime start: combining the plans' stage layouts", force=True)
         small = small_space(instance, max_options, symmetry)
+        exact = not small_space(instance, max_options, symmetry, at_most=POLISH_EXACT_OPTIONS)
         found = polish(instance, ctx.objective, start.ranked_plans(), upper=start.start.value,
-                       deadline=time.perf_counter() + budget, exact=not small)
+                       deadline=time.perf_counter() + budget, exact=exact)
         start.polish = {"tried": found.tried, "seconds": round(found.seconds, 3),
                         "best": found.value if found.plan is not None else None, "aside": small}
         if found.plan is None:

@@ -243,14 +243,15 @@ def ladder_pays(instance: Instance, objective: str, max_options: int, symmetry: 
     return not small_space(instance, max_options, symmetry)
 
 
-def small_space(instance: Instance, max_options: int, symmetry: bool = True) -> bool:
-    """At most ``SMALL_SPACE_OPTIONS`` stage options in all (``space_size``) and no stage over
+def small_space(instance: Instance, max_options: int, symmetry: bool = True,
+                at_most: int = SMALL_SPACE_OPTIONS) -> bool:
+    """At most ``at_most`` stage options in all (``space_size``) and no stage over
     ``max_options``."""
     try:
-        size = space_size(instance, symmetry, stop_above=SMALL_SPACE_OPTIONS)
+        size = space_size(instance, symmetry, stop_above=at_most)
     except (PlannerError, TimeoutError):  # a split family too large to list: not small
         return False
-    return size.total <= SMALL_SPACE_OPTIONS and size.largest <= max_options
+    return size.total <= at_most and size.largest <= max_options
 
 
 def neighbourhoods(instance: Instance, objective: str, incumbent: Plan | None,
