@@ -243,10 +243,11 @@ def ladder_pays(instance: Instance, objective: str, max_options: int, symmetry: 
     return not small_space(instance, max_options, symmetry)
 
 
-def small_space(instance: Instance, max_options: int, symmetry: bool = True,
-                at_most: int = SMALL_SPACE_OPTIONS) -> bool:
-    """At most ``at_most`` stage options in all (``space_size``) and no stage over
-    ``max_options``."""
+def small_space(instance: Instance, max_options: int, symmetry: bool = True, at_most: int | None = None) -> bool:
+    """At most ``at_most`` (default ``SMALL_SPACE_OPTIONS``) stage options in all
+    (``space_size``) and no stage over ``max_options``."""
+    if at_most is None:
+        at_most = SMALL_SPACE_OPTIONS
     try:
         size = space_size(instance, symmetry, stop_above=at_most)
     except (PlannerError, TimeoutError):  # a split family too large to list: not small
