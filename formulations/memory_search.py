@@ -37,33 +37,17 @@ floor (``milp_planner.cost.floors``) or what the rounds prove.
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from formulations.options import StageOption
-from formulations.restricted import GraphTooLarge, beam_search, restricted_graph
-from milp_planner.cost.evaluator import evaluate
+from formulations.restricted import Best, Space, beam_search, restricted_graph, search_spaces  # noqa: F401 (re-exported)
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
 from milp_planner.space.cuts import _valid, cut_vectors, equal_cuts, ranges_from_cuts, stage_extent
-from milp_planner.space.plan import Plan
 
 #: the restricted spaces tried, in order (each larger than the one before)
 FAMILIES = ("uniform", "rotations")
 BEAMS = (1, 4, 16, 64)  # labels kept per node by the beam searches (a wider beam is not always better)
-
-
-@dataclass
-class MemoryPlan:
-    """The best plan the restricted searches found (``plan`` None: none within the caps),
-    its evaluator's memory (``value``, bytes), the family that gave it and what each tried."""
-
-    plan: Plan | None = None
-    value: float = math.inf
-    source: str = ""
-    tried: list[dict] = field(default_factory=list)
-    seconds: float = 0.0
 
 
 def _balanced_cuts(instance: Instance, n: int, k: int, deadline: float | None) -> tuple | None:
@@ -119,51 +103,14 @@ def family_options(instance: Instance, family: str, deadline: float | None = Non
 
 
 def memory_plans(instance: Instance, deadline: float | None = None, upper: float = math.inf,
-                 families: Iterable[str] = FAMILIES, widths: Iterable[int] = BEAMS) -> MemoryPlan:
+                 families: Iterable[str] = FAMILIES, widths: Iterable[int] = BEAMS) -> Best:
     """The best plan for the memory objective that beam searches (``beam_search``, each width
     of ``widths``) over the restricted graphs of ``families`` find within ``deadline`` (see the
-    module). A heuristic: it proves nothing.
+    module; ``restricted.search_spaces``). A heuristic: it proves nothing.
 
     ``upper``: the memory of a plan already known; only better plans are returned. A plan is
     kept only when the evaluator finds it in the space, within the caps and below ``upper``,
     with the memory the graph gave it (a disagreement is a pricing bug and raises)."""
-    started = time.perf_counter()
-    best = MemoryPlan()
-    for family in families:
-        if deadline is not None and time.perf_counter() >= deadline:
-            break
-        t0 = time.perf_counter()
-        row: dict = {"family": family}
-        best.tried.append(row)
-        try:
-            sg = restricted_graph(instance, family_options(instance, family, deadline), deadline)
-        except (TimeoutError, GraphTooLarge) as err:
-            row.update(outcome=f"not built: {err}", seconds=round(time.perf_counter() - t0, 3))
-            break
-        row["arcs"] = len(sg.arcs)
-        found = None
-        for width in widths:
-            try:
-                got = beam_search(sg, width, deadline)
-            except TimeoutError:
-                break
-            if got is not None and (found is None or got[1] < found[1]):
-                found = got
-        row["seconds"] = round(time.perf_counter() - t0, 3)
-        if found is None:
-            row["outcome"] = "no plan within the caps"
-            continue
-        plan = sg.plan_from_arcs(found[0])
-        m = evaluate(plan, instance)
-        value = m.value("memory")
-        if abs(value - found[1]) > 1e-9 * max(1.0, value):
-            raise RuntimeError(f"memory search: the graph's value {found[1]!r} disagrees with the evaluator's "
-                               f"{value!r} (a pricing bug; please report it)")
-        row["value"] = value
-        if m.in_space and m.feasible and value < min(upper, best.value) * (1 - 1e-12):
-            best.plan, best.value, best.source = plan, value, family
-            row["outcome"] = "better"
-        else:
-            row["outcome"] = "nothing better"
-    best.seconds = time.perf_counter() - started
-    return best
+    spaces = (Space(family_options(instance, family, deadline), family, {"family": family}) for family in families)
+    return search_spaces(instance, "memory", spaces, widths=tuple(widths), upper=upper, deadline=deadline,
+                         who="memory search")

@@ -27,22 +27,18 @@ its plan as their incumbent (``planners.exact``).
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Sequence
 
-from formulations.minmax import MINMAX, minmax_search
 from formulations.options import StageOption
-from formulations.restricted import GraphTooLarge, beam_search, restricted_graph
-from milp_planner.cost.evaluator import evaluate
+from formulations.restricted import Best, Space, search_spaces
 from milp_planner.instance import Instance
 from milp_planner.space.cuts import nearest_cuts, ranges_from_cuts, stage_extent
 from milp_planner.space.plan import Plan
 
 RINGS = (1, 3)  # the sources of the first rings (the best plan alone, the best 3), then all of them
 WIDTHS = (1, 8)  # beam widths tried on each ring (1 is exact for latency and energy without caps)
-BETTER = 1e-9  # relative: a plan must beat ``upper`` by this much
 
 
 @dataclass(frozen=True)
@@ -53,18 +49,6 @@ class Layout:
     axis: str
     devices: tuple[int, ...]
     shares: tuple[Fraction, ...]
-
-
-@dataclass
-class Polished:
-    """The best plan found (``plan`` None: nothing better than ``upper``), its evaluator's
-    objective, which ring gave it and what each ring did."""
-
-    plan: Plan | None = None
-    value: float = math.inf
-    source: str = ""
-    tried: list[dict] = field(default_factory=list)
-    seconds: float = 0.0
 
 
 def plan_layouts(instance: Instance, plans: Sequence[Plan]) -> tuple[list[int], list[Layout]]:
@@ -124,64 +108,26 @@ def layout_options(instance: Instance, devices: Sequence[int], layouts: Sequence
 
 
 def polish(instance: Instance, objective: str, plans: Sequence[Plan], upper: float = math.inf,
-           deadline: float | None = None, exact: bool = True) -> Polished:
+           deadline: float | None = None, exact: bool = True) -> Best:
     """The best plan of the spaces built from ``plans`` (best first: the first rings use the
-    first of them), if better than ``upper`` (see the module). A heuristic: it proves nothing.
-    ``exact``: for the period and memory, the label search follows the beam (False: the beam only).
-    A plan is kept only when the evaluator finds it in the space, within the caps, with the
-    value the graph gave it (a disagreement is a pricing bug and raises)."""
-    started = time.perf_counter()
-    best = Polished()
-    rings = sorted({min(r, len(plans)) for r in RINGS} | {len(plans)})
+    first of them), if better than ``upper`` (see the module; ``restricted.search_spaces``). A
+    heuristic: it proves nothing. ``exact``: for the period and memory, the label search follows
+    the beam (False: the beam only). A plan is kept only when the evaluator finds it in the
+    space, within the caps, with the value the graph gave it (a disagreement is a pricing bug
+    and raises)."""
     # a width of 1 is exact for an additive objective without memory caps
     widths = WIDTHS[:1] if objective in ("latency", "energy") and not instance.memory_capped else WIDTHS
+    return search_spaces(instance, objective, _rings(instance, plans), widths=widths, upper=upper,
+                         deadline=deadline, exact=exact, who="polish")
+
+
+def _rings(instance: Instance, plans: Sequence[Plan]):
+    """The spaces of the first 1, 3, ... and all plans, each once."""
     seen = None
-    for size in rings:
-        if deadline is not None and time.perf_counter() >= deadline:
-            break
-        t0 = time.perf_counter()
+    for size in sorted({min(r, len(plans)) for r in RINGS} | {len(plans)}):
         devices, layouts = plan_layouts(instance, plans[:size])
         if (set(devices), set(layouts)) == seen:
             continue  # the same space as the ring before
         seen = (set(devices), set(layouts))
-        row: dict = {"plans": size, "layouts": len(layouts), "devices": len(devices)}
-        best.tried.append(row)
-        try:
-            sg = restricted_graph(instance, layout_options(instance, devices, layouts), deadline)
-        except (TimeoutError, GraphTooLarge) as err:
-            row.update(outcome=f"not built: {err}", seconds=round(time.perf_counter() - t0, 3))
-            break
-        row["arcs"] = len(sg.arcs)
-        found = None
-        for width in widths:
-            try:
-                got = beam_search(sg, width, deadline, objective)
-            except TimeoutError:
-                break
-            if got is not None and (found is None or got[1] < found[1]):
-                found = got
-        if exact and objective in MINMAX and (deadline is None or time.perf_counter() < deadline):
-            # the beam is a heuristic for the min-max objectives; the label search is exact
-            bar = min(upper, best.value, found[1] if found is not None else math.inf)
-            exact = minmax_search(sg, objective, upper=bar, deadline=deadline)
-            row["exact"] = "optimal" if exact.optimal or exact.none_within else "stopped"
-            if exact.arcs and (found is None or exact.value < found[1]):
-                found = (exact.arcs, exact.value)
-        row["seconds"] = round(time.perf_counter() - t0, 3)
-        if found is None:
-            row["outcome"] = "no plan within the caps"
-            continue
-        plan = sg.plan_from_arcs(found[0])
-        m = evaluate(plan, instance)
-        value = m.value(objective)
-        if abs(value - found[1]) > 1e-9 * max(1.0, abs(value)):
-            raise RuntimeError(f"polish: the graph's {objective} {found[1]!r} disagrees with the evaluator's "
-                               f"{value!r} (a pricing bug; please report it)")
-        row["value"] = value
-        if m.in_space and m.feasible and value < min(upper, best.value) * (1 - BETTER):
-            best.plan, best.value, best.source = plan, value, f"{size} plan{'s' if size > 1 else ''}"
-            row["outcome"] = "better"
-        else:
-            row["outcome"] = "nothing better"
-    best.seconds = time.perf_counter() - started
-    return best
+        yield Space(layout_options(instance, devices, layouts), f"{size} plan{'s' if size > 1 else ''}",
+                    {"plans": size, "layouts": len(layouts), "devices": len(devices)})

@@ -19,17 +19,44 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from formulations.minmax import MINMAX, minmax_search
 from formulations.options import StageOption
 from formulations.stagegraph import Arc, StageGraph, Terminal, _state_key
-from milp_planner.cost.evaluator import initial_owners, price_gather, price_stage, pricer
+from milp_planner.cost.evaluator import evaluate, initial_owners, price_gather, price_stage, pricer
 from milp_planner.instance import Instance
+from milp_planner.space.plan import Plan
 
 MAX_ARCS = 200_000  # a restricted graph larger than this is not built
 OBJECTIVES = ("latency", "energy", "period", "memory")
+BETTER = 1e-12  # relative: a plan must beat the best known by this much
+
+
+@dataclass
+class Space:
+    """One restricted space to search: its stage options (``options_of(b)``, see
+    ``restricted_graph``), the label its plans are credited to and what ``Best.tried`` says of it."""
+
+    options_of: Callable[[int], Iterable[StageOption]]
+    label: str
+    row: dict = field(default_factory=dict)
+
+
+@dataclass
+class Best:
+    """The best plan the restricted searches found (``plan`` None: nothing better than their
+    ``upper`` within the caps), its evaluator's objective, the space that gave it and what each
+    space tried (arcs, seconds, value, outcome)."""
+
+    plan: Plan | None = None
+    value: float = math.inf
+    source: str = ""
+    tried: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
 
 
 class GraphTooLarge(RuntimeError):
@@ -221,3 +248,60 @@ def beam_search(sg: StageGraph, width: int, deadline: float | None = None,
             path.append(int(via_a[g]))
         g = int(parent_a[g])
     return path[::-1], best[0]
+
+
+def search_spaces(instance: Instance, objective: str, spaces: Iterable[Space], *, widths: Sequence[int],
+                  upper: float = math.inf, deadline: float | None = None, exact: bool = False,
+                  who: str = "restricted search") -> Best:
+    """Each space in turn, until ``deadline``: its graph (``restricted_graph``; a space too large
+    or past the deadline ends the loop), the best path of beam searches of each width and, with
+    ``exact`` for the period or memory, of the exact label search (``minmax_search``) below the
+    best known. A path's plan is scored by the evaluator and kept only when it is in the space,
+    within the caps and better than ``upper`` and every plan before it; a value the evaluator does
+    not reproduce is a pricing bug and raises. A heuristic unless one space holds the optimum."""
+    started = time.perf_counter()
+    best = Best()
+    for space in spaces:
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
+        t0 = time.perf_counter()
+        row = space.row
+        best.tried.append(row)
+        try:
+            sg = restricted_graph(instance, space.options_of, deadline)
+        except (TimeoutError, GraphTooLarge) as err:
+            row.update(outcome=f"not built: {err}", seconds=round(time.perf_counter() - t0, 3))
+            break
+        row["arcs"] = len(sg.arcs)
+        found = None
+        for width in widths:
+            try:
+                got = beam_search(sg, width, deadline, objective)
+            except TimeoutError:
+                break
+            if got is not None and (found is None or got[1] < found[1]):
+                found = got
+        if exact and objective in MINMAX and (deadline is None or time.perf_counter() < deadline):
+            labelled = minmax_search(sg, objective, deadline=deadline,
+                                     upper=min(upper, best.value, found[1] if found is not None else math.inf))
+            row["exact"] = "optimal" if labelled.optimal or labelled.none_within else "stopped"
+            if labelled.arcs and (found is None or labelled.value < found[1]):
+                found = (labelled.arcs, labelled.value)
+        row["seconds"] = round(time.perf_counter() - t0, 3)
+        if found is None:
+            row["outcome"] = "no plan within the caps"
+            continue
+        plan = sg.plan_from_arcs(found[0])
+        m = evaluate(plan, instance)
+        value = m.value(objective)
+        if abs(value - found[1]) > 1e-9 * max(1.0, abs(value)):
+            raise RuntimeError(f"{who}: the graph's {objective} {found[1]!r} disagrees with the evaluator's "
+                               f"{value!r} (a pricing bug; please report it)")
+        row["value"] = value
+        if m.in_space and m.feasible and value < min(upper, best.value) * (1 - BETTER):
+            best.plan, best.value, best.source = plan, value, space.label
+            row["outcome"] = "better"
+        else:
+            row["outcome"] = "nothing better"
+    best.seconds = time.perf_counter() - started
+    return best
