@@ -170,3 +170,13 @@ def test_the_enumeration_pauses_the_garbage_collector_and_restores_it():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_no_ladder_nor_polish_over_a_tiny_space_whatever_the_objective(monkeypatch):
+    inst = _fleet(4)
+    assert space_size(inst).total > subfleet.TINY_SPACE_OPTIONS
+    monkeypatch.setattr(subfleet, "TINY_SPACE_OPTIONS", space_size(inst).total)
+    assert ladder_pays(inst, "period", 250_000)  # 4 devices: not a tiny fleet
+    monkeypatch.setattr(subfleet, "TINY_FLEET", 4)
+    for objective in ("latency", "energy", "period", "memory"):
+        assert not ladder_pays(inst, objective, 250_000)

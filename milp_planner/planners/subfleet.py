@@ -63,6 +63,13 @@ SMALL_SPACE_OPTIONS = 120_000
 #: took the whole minute and returned pipeedge's 476.0 mJ; the ladder's 3-Nano rung certifies
 #: 473.3 mJ in 2.6 s)
 SMALL_CAPPED_FLEET = 4
+#: ... and never over a space of at most this many stage options on at most ``TINY_FLEET``
+#: devices, whatever the objective: the full search certifies those in about a second, and on
+#: ``examples/tiny-residual-3dev.yaml`` (165 options) the ladder took 0.3-0.4 of the period's
+#: 1.4 s (on more devices a small space can still be slow to certify: VGG16 on 6 identical
+#: devices, 412 options, where polish improves the period's plan)
+TINY_SPACE_OPTIONS = 1_000
+TINY_FLEET = 3
 BETTER = 1e-9  # relative: a plan must beat the best known by this much to replace it
 
 
@@ -235,7 +242,11 @@ def ladder_pays(instance: Instance, objective: str, max_options: int, symmetry: 
     should it stop early, the improvement loop still tries every rung. The ladder found better
     plans on larger spaces: AutoDiCE's VGG-19 on 4 and 8 boards (about 176,000 options), 8 and
     16 distinct devices (millions). Always with memory caps on more than ``SMALL_CAPPED_FLEET``
-    devices."""
+    devices. Never, for any objective, over a space of at most ``TINY_SPACE_OPTIONS`` options on at
+    most ``TINY_FLEET`` devices."""
+    if len(instance.devices) <= TINY_FLEET and small_space(instance, max_options, symmetry,
+                                                           at_most=TINY_SPACE_OPTIONS):
+        return False
     if objective not in ("latency", "energy"):
         return True
     if instance.memory_capped and len(instance.devices) > SMALL_CAPPED_FLEET:
