@@ -165,7 +165,7 @@ def test_the_exact_planners_record_polish_and_keep_its_plan_aside_on_small_space
     assert not on.info["anytime"]["start"].startswith("polish")
     assert "polish" not in off.info["anytime"]
     assert on.status == off.status == "optimal"
-    assert on.objective == pytest.approx(off.objective, rel=1e-9)
+    assert on.value == pytest.approx(off.value, rel=1e-9)
 
 
 def test_a_plan_kept_aside_replaces_a_worse_returned_plan_only():
