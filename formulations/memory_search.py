@@ -40,7 +40,7 @@ import math
 from typing import Callable, Iterable
 
 from formulations.options import StageOption
-from formulations.restricted import Best, Space, beam_search, restricted_graph, search_spaces  # noqa: F401 (re-exported)
+from formulations.restricted import Best, Space, search_spaces
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
 from milp_planner.space.cuts import _valid, cut_vectors, equal_cuts, ranges_from_cuts, stage_extent

@@ -94,10 +94,10 @@ def layout_options(instance: Instance, devices: Sequence[int], layouts: Sequence
         for last in range(b, min(n, b + fl)):
             for d in devices:
                 out[StageOption(b, last, "none", (None,), (d,))] = None
-            rows = "rows" in sp.axes and all(g.layers[i].row_splittable for i in range(b, last + 1))
-            chans = "channels" in sp.axes and b == last and g.layers[b].channel_splittable
+            allowed = {"rows": "rows" in sp.axes and all(g.layers[i].row_splittable for i in range(b, last + 1)),
+                       "channels": "channels" in sp.axes and b == last and g.layers[b].channel_splittable}
             for lay in layouts:
-                if not (rows if lay.axis == "rows" else chans if lay.axis == "channels" else False):
+                if not allowed.get(lay.axis):
                     continue
                 ranges = cuts(stage_extent(instance, last, lay.axis), lay.shares)
                 if ranges is not None and all(r[1] > r[0] for r in ranges):

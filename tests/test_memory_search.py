@@ -11,7 +11,8 @@ from builders import chain_graph, device, fc_graph, make_instance, residual_grap
 
 from formulations.caps import PathArrays
 from formulations.minmax import minmax_search
-from formulations.memory_search import FAMILIES, beam_search, family_options, memory_plans, restricted_graph
+from formulations.memory_search import FAMILIES, family_options, memory_plans
+from formulations.restricted import beam_search, restricted_graph
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.cost.floors import _memory_floor, live_bytes, lower_floor
 from milp_planner.instance import SearchSpace, load_instance

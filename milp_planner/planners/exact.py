@@ -57,6 +57,15 @@ POLISH_SHARE = 0.08  # and at most this share of the time left
 POLISH_EXACT_OPTIONS = 20_000  # over spaces of at most this many stage options, polish runs its beam only
 
 
+def _replace_plan(res: PlanResult, plan: Plan, plan_from: str, why: str) -> None:
+    """A better plan found after the search replaces ``res.plan``: the search's own value and
+    certificate no longer describe it (the evaluator scores it; the bound stays)."""
+    res.plan = plan
+    res.info["plan_from"] = plan_from
+    res._solver_value, res._certified = None, False
+    res.message = (f"{res.message}; " if res.message else "") + why
+
+
 @dataclass
 class Ladder:
     """The sub-fleet ladder's report and its rungs that did not settle (the improvement loop
@@ -362,7 +371,7 @@ class ExactPlanner(Planner):
             return
         ctx.report(phase="anytime start: combining the plans' stage layouts", force=True)
         small = small_space(instance, max_options, symmetry)
-        exact = not small_space(instance, max_options, symmetry, at_most=POLISH_EXACT_OPTIONS)
+        exact = not (small and small_space(instance, max_options, symmetry, at_most=POLISH_EXACT_OPTIONS))
         found = polish(instance, ctx.objective, start.ranked_plans(), upper=start.start.value,
                        deadline=time.perf_counter() + budget, exact=exact)
         start.polish = {"tried": found.tried, "seconds": round(found.seconds, 3),
@@ -382,13 +391,9 @@ class ExactPlanner(Planner):
         aside = start.aside if start is not None else None
         if aside is None or res.plan is None:
             return
-        if not aside.value < evaluate(res.plan, instance).value(ctx.objective) * (1 - 1e-9):
-            return
-        res.plan = aside.plan
-        res.info["plan_from"] = f"anytime start ({aside.baseline}, kept aside)"
-        res._solver_value, res._certified = None, False
-        res.message = (f"{res.message}; " if res.message else "") + \
-            f"the plan polished from the start's layouts ({aside.baseline}), kept aside, is better"
+        if aside.value < evaluate(res.plan, instance).value(ctx.objective) * (1 - 1e-9):
+            _replace_plan(res, aside.plan, f"anytime start ({aside.baseline}, kept aside)",
+                          f"the plan polished from the start's layouts ({aside.baseline}), kept aside, is better")
 
     def subfleet_ladder(self, instance: Instance, ctx: SolveContext, start: StartReport | None) -> Ladder | None:
         """The sub-fleet ladder (``planners.subfleet``) within ``LADDER_SHARE`` of the time limit;
@@ -447,13 +452,9 @@ class ExactPlanner(Planner):
                                 ladder.settled if ladder is not None else frozenset())
         rep = search_restricted(self, instance, ctx, spaces, value, deadline, "improve")
         res.info["improve"] = rep.info()
-        if rep.best is None:
-            return
-        res.plan = rep.best.plan
-        res.info["plan_from"] = f"improvement loop ({rep.best.source})"
-        res._solver_value, res._certified = None, False  # the rounds' plan and value are replaced
-        res.message = (f"{res.message}; " if res.message else "") + \
-            f"the improvement loop found a better plan over {rep.best.source}"
+        if rep.best is not None:
+            _replace_plan(res, rep.best.plan, f"improvement loop ({rep.best.source})",
+                          f"the improvement loop found a better plan over {rep.best.source}")
 
     @staticmethod
     def _with_ladder(res: PlanResult, ladder: Ladder | None) -> PlanResult:
