@@ -1,9 +1,9 @@
 """What an exact solve proves: the outcome of one stage graph's solve, of the rounds over the
 whole space, and the check that a solver's objective agrees with the evaluator's.
 
-A certificate is a plan's value, the best proven lower bound and whether the two meet
-(optimal). ``GraphSolve`` is what one solver proved over one round's stage graph;
-``Exploration`` is what the rounds proved over the whole space.
+``GraphSolve`` is what one solver proved over one round's stage graph; ``Exploration`` is what
+the rounds proved over the whole space. The status and bound a result may claim follow from
+them by ``milp_planner.certificate.certify``.
 """
 
 from __future__ import annotations

@@ -131,11 +131,13 @@ def _aim(grown: list[tuple[float, int]]) -> float:
 
 
 def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm_start: WarmStarter,
-            settings: RoundSettings, incumbent: float | None = None) -> Exploration:
+            settings: RoundSettings, incumbent: float | None = None,
+            build_graph: Callable[..., StageGraph] = build_stage_graph) -> Exploration:
     """Enumerate and solve the space in rounds until an optimum is certified (see the module).
 
     ``warm_start(sg, objective, deadline, prior)`` gives each round's DP warm start and
-    ``solve_graph(sg, ctx, ws)`` solves its graph. ``incumbent`` is the objective of a plan of
+    ``solve_graph(sg, ctx, ws)`` solves its graph; ``build_graph`` builds each round's graph
+    (``build_stage_graph``'s arguments; the tests inject their own). ``incumbent`` is the objective of a plan of
     the space known to meet the caps (the anytime start): no round enumerates plans worse than
     it, and the rounds stop once their proven bound reaches it (then ``found`` may be None or
     worse: the caller keeps its incumbent, proven optimal by ``lower``).
@@ -148,7 +150,7 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
     """
     st = _State()
     try:
-        out = _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st)
+        out = _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st, build_graph)
     except MemoryBudgetExceeded as err:
         if st.best is None and incumbent is None:
             raise MemoryStop(str(err), st.lower) from None
@@ -186,7 +188,8 @@ def _threshold(st: _State, lb, instance: Instance, incumbent: float | None, dead
     st.lower = max(st.lower, found.lower)
 
 
-def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _State) -> Exploration:
+def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _State,
+            build_graph=build_stage_graph) -> Exploration:
     obj = ctx.objective
     deadline = None if ctx.time_limit is None else ctx.started + ctx.time_limit
     bounded = settings.bounded
@@ -260,7 +263,7 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         else:
             build_by = deadline if deadline is None or not jump or st.rounds == 1 else now + 0.75 * (deadline - now)
         try:
-            sg = build_stage_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
+            sg = build_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
                                    deadline=build_by, objective=obj if bounded else "latency",
                                    upper=upper if math.isfinite(upper) else None, drop_overflow=True,
                                    bounds=bounds, memo=memo, to_go=to_go,

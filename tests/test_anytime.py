@@ -8,6 +8,7 @@ from fractions import Fraction as F
 from pathlib import Path
 
 import pytest
+from timing import cpu_seconds
 from builders import chain_graph, device, fc_graph, make_instance, residual_graph
 
 from formulations.budget import STOP_SHARE, MemoryBudgetExceeded, check_memory, memory_budget, parse_size, rss_bytes
@@ -103,6 +104,7 @@ SOURCES = ("certified", "rounds", "coarse") + FLOOR_SOURCES
 def test_one_second_on_seven_pis_is_no_worse_than_the_fast_baselines():
     """The issue's case: dp used to return the single-device plan at 2.58 s (coopai: 0.477 s)."""
     inst = load_instance(ROOT / "instances/coopai/vgg16-rpi4-7.yaml")
+    c0 = cpu_seconds()
     res = get_planner("dp").solve(inst, time_limit=1.0)
     assert res.plan is not None and res.metrics.in_space and res.metrics.feasible
     start = res.info["anytime"]
@@ -115,8 +117,8 @@ def test_one_second_on_seven_pis_is_no_worse_than_the_fast_baselines():
         assert alone.metrics.in_space and res.value <= alone.value * (1 + 1e-12), name
     assert res.value < 0.5  # not the single-device plan (2.58 s)
     assert res.bound is not None and 0 < res.bound <= res.value
-    assert res.info["bound_source"] in SOURCES
-    assert res.solve_time_s <= 1.0 * 1.05 + 2 + 3  # the limit's slack, plus the shared test machine's
+    assert res.bound_source in SOURCES
+    assert cpu_seconds() - c0 <= 1.0 * 1.05 + 2
 
 
 def test_a_tiny_limit_still_returns_a_plan_and_a_bound():
@@ -124,7 +126,7 @@ def test_a_tiny_limit_still_returns_a_plan_and_a_bound():
     for planner in ("dp", "milp", "cpsat"):
         res = get_planner(planner).solve(inst, objective="latency", time_limit=0.05)
         assert res.plan is not None and res.bound is not None and res.bound <= res.value
-        assert res.info["bound_source"] in SOURCES
+        assert res.bound_source in SOURCES
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
@@ -136,11 +138,11 @@ def test_anytime_on_or_off_same_optimum(objective):
     if objective in ("latency", "energy"):
         assert on.status == off.status == "optimal"
         assert on.value == pytest.approx(off.value, rel=1e-9)
-        assert on.info["bound_source"] in ("certified", "rounds")
+        assert on.bound_source in ("certified", "rounds")
     else:  # dp is not exact there: the start may only improve its plan
         assert on.value <= off.value * (1 + 1e-12)
     for res in (on, off):
-        assert res.bound <= res.value * (1 + 1e-12) and res.info["bound_source"] in SOURCES
+        assert res.bound <= res.value * (1 + 1e-12) and res.bound_source in SOURCES
 
 
 def test_the_start_never_beats_a_certified_optimum():
@@ -221,7 +223,7 @@ def test_a_budget_below_the_current_memory_stops_with_a_plan_and_a_bound(anytime
     res = get_planner("dp", memory_budget=max(1, rss_bytes() // 2), anytime=anytime).solve(inst, objective="latency")
     assert res.info.get("stopped_by") == "memory budget" and "memory budget" in res.message
     assert res.plan is not None and res.metrics.in_space and res.metrics.feasible
-    assert res.bound is not None and res.bound <= res.value and res.info["bound_source"] in SOURCES
+    assert res.bound is not None and res.bound <= res.value and res.bound_source in SOURCES
     if anytime:
         assert res.info["plan_from"].startswith("anytime start")
 
@@ -232,7 +234,7 @@ def test_a_budget_50mb_above_the_current_memory_on_a_hard_instance():
     budget = rss_bytes() + 50 * 10**6
     res = get_planner("dp", memory_budget=budget).solve(inst, time_limit=30)
     assert res.plan is not None and res.metrics.in_space and res.bound is not None and res.bound <= res.value
-    assert res.info["bound_source"] in SOURCES
+    assert res.bound_source in SOURCES
     if res.info.get("stopped_by") == "memory budget":
         assert "memory budget" in res.message
     else:
@@ -267,13 +269,14 @@ def test_one_second_on_sixteen_devices_returns_a_plan_and_a_bound_in_time(planne
 
     inst = load_instance(ROOT / "instances/fleet/vgg16-16dev-4types.yaml")
     started = time.perf_counter()
+    c0 = cpu_seconds()
     res = get_planner(planner).solve(inst, objective="latency", time_limit=1.0)
     wall = time.perf_counter() - started
-    assert wall <= 1.0 * 1.05 + 2.0, (wall, res.info.get("anytime"))
+    assert cpu_seconds() - c0 <= 1.0 * 1.05 + 2.0, (wall, res.info.get("anytime"))
     assert res.solve_time_s <= wall
     assert res.plan is not None and res.metrics.in_space and res.metrics.feasible, res.message
     assert res.bound is not None and 0 < res.bound <= res.value
-    assert res.info["bound_source"] in SOURCES
+    assert res.bound_source in SOURCES
 
 
 def test_the_start_goes_on_while_no_plan_fits():

@@ -209,16 +209,16 @@ def test_planner_reports_the_coarse_bound(case):
     inst = CASES[case]()
     opt = optimum(case, "latency")
     forced = solve(inst, relaxation="coarse")
-    assert forced.info["bound_source"] in ("coarse", "fluid", "compute-only", "flow")
+    assert forced.bound_source in ("coarse", "fluid", "compute-only", "flow")
     assert forced.bound <= opt * (1 + REL)
     assert forced.value is not None and forced.bound <= forced.value
-    if forced.info["bound_source"] == "coarse":
+    if forced.bound_source == "coarse":
         refined = lower(refined_coarse_bounds(inst, "latency").bounds)  # no time limit: every grid
         assert forced.bound == pytest.approx(refined, rel=1e-12)
         assert forced.info["coarse"]["lower"] == pytest.approx(refined, rel=1e-12)
         assert refined >= lower(coarse_bounds(inst, "latency"))
     full = solve(inst, relaxation="full")
-    assert full.status == "optimal" and full.info["bound_source"] == "certified"
+    assert full.status == "optimal" and full.bound_source == "certified"
     # auto: the full relaxation fits, so the same certificate
     auto = solve(inst)
     assert auto.status == "optimal" and auto.value == pytest.approx(full.value, rel=1e-12)
@@ -250,7 +250,7 @@ def test_auto_falls_back_to_the_coarse_relaxation_when_the_full_one_hits_the_mem
     monkeypatch.setattr(rounds, "_full_bounds", over_budget)
     res = solve(inst)
     assert res.info.get("relaxation") == "coarse" and "memory budget" in res.message
-    assert res.info["bound_source"] in ("coarse", "fluid", "compute-only", "flow")
+    assert res.bound_source in ("coarse", "fluid", "compute-only", "flow")
     assert res.plan is not None and res.bound <= opt * (1 + REL)
 
 

@@ -153,7 +153,7 @@ def test_dp_stops_when_the_floor_proves_its_start():
                          bw=_net(2), lat=0.0, source=src, sink=src,
                          search=SearchSpace(2, 2, ("equal", "grid:4"), ("rows", "channels")))
     res = get_planner("dp").solve(inst, objective="energy", time_limit=30)
-    assert res.status == "optimal" and res.info["bound_source"] == "flow", res.message
+    assert res.status == "optimal" and res.bound_source == "flow", res.message
     assert res.info["stage_arcs"] == 0 and "proves the anytime start" in res.message
     assert res.value == pytest.approx(_optimum(inst, "energy"), rel=1e-9)
     assert res.bound <= res.value

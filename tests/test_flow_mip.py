@@ -217,7 +217,7 @@ def test_dp_reports_the_mip_bound():
     inst = EXTRA["overheads"]()
     res = get_planner("dp").solve(inst, objective="period", time_limit=20)
     assert res.bound <= res.value * (1 + REL)
-    assert res.bound >= fm.flow_mip_floor(inst).value * (1 - 1e-9) or res.info["bound_source"] in ("certified", "rounds")
+    assert res.bound >= fm.flow_mip_floor(inst).value * (1 - 1e-9) or res.bound_source in ("certified", "rounds")
 
 
 # ---- energy under memory caps

@@ -141,7 +141,7 @@ def test_vgg16_4dev_uncapped_is_certified_with_the_same_optimum(objective, value
     """The issue #13 target file: certified, the optimum recorded before the caches."""
     inst = load_instance("instances/fleet/vgg16-4dev-uncapped.yaml")
     res = get_planner("dp").solve(inst, objective=objective, time_limit=60)
-    assert res.status == "optimal" and res.info["bound_source"] == "certified"
+    assert res.status == "optimal" and res.bound_source == "certified"
     assert res.value == pytest.approx(value, rel=1e-12)
     assert np.isclose(res.bound, res.value, rtol=1e-12)
     assert "ladder" not in res.info

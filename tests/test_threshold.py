@@ -223,7 +223,7 @@ def test_terminal_says_the_probes_raised_the_bound():
     from milp_planner.report.terminal import bound_source_text
 
     th = {"lower": 0.012, "raised": True, "probes": [{"refuted": True}, {"refuted": False}]}
-    res = SimpleNamespace(info={"bound_source": "rounds", "rounds": 2, "stage_arcs": 10, "threshold": th},
+    res = SimpleNamespace(info={"rounds": 2, "stage_arcs": 10, "threshold": th}, bound_source="rounds",
                           bound=0.012, planner="dp")
     text = bound_source_text(res)
     assert text.startswith("rounds: layout relaxation") and "threshold probes (1 of 2 refuted)" in text

@@ -22,13 +22,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from milp_planner.certificate import OPTIMAL_GAP, STATUSES, Proof, certify, relative_gap  # noqa: F401
 from milp_planner.errors import PlannerError
 
 from milp_planner.cost.evaluator import Metrics, evaluate
 from milp_planner.instance import Instance
 from milp_planner.space.plan import Plan
 
-STATUSES = ("optimal", "feasible", "infeasible", "timeout", "error")
 
 _TYPE_NAMES = {int: "an integer", float: "a number", bool: "true or false", str: "a string", list: "a list"}
 _TRUE = ("true", "yes", "on", "1")
@@ -210,13 +210,16 @@ class SolveContext:
             self.progress(info)
 
 
-#: a proven relative gap at most this is ``optimal`` (docs/model.md section 6)
-OPTIMAL_GAP = 1e-6
-
-
 @dataclass
 class PlanResult:
-    """A plan plus what the planner knows about it. ``value`` is the evaluator's objective."""
+    """A plan plus what the planner knows about it. ``value`` is the evaluator's objective.
+
+    A planner's ``search`` fills in the facts: the plan, ``proofs`` (proven lower bounds with
+    their sources), ``status`` ``timeout`` when the time limit stopped it, ``infeasible`` when it
+    proved that no plan meets the caps, and ``solver_value`` / ``tolerance`` (its solver's own
+    objective of the plan and that solver's stated rounding). ``Planner.solve`` scores the plan
+    and then ``status``, ``bound`` and ``bound_source`` follow from those facts by the one rule,
+    ``milp_planner.certificate.certify``."""
 
     planner: str
     status: str
@@ -229,15 +232,30 @@ class PlanResult:
     metrics: Metrics | None = None
     info: dict = field(default_factory=dict)
     message: str = ""
+    proofs: list[Proof] = field(default_factory=list)
+    bound_source: str | None = None
+    solver_value: float | None = None  # the solver's own objective of ``plan`` (checked against the evaluator's)
+    tolerance: float = 0.0  # absolute: how far the solver's rounding may put its value from the evaluator's
 
     @property
     def gap(self) -> float | None:
         """Relative gap (value - bound) / value, or None without a bound."""
-        if self.value is None or self.bound is None:
-            return None
-        if self.value == 0:
-            return 0.0
-        return max(0.0, (self.value - self.bound) / abs(self.value))
+        return relative_gap(self.value, self.bound)
+
+    def settle(self, exact: bool) -> None:
+        """``status``, ``bound`` and ``bound_source`` from the facts (``certify``); a plan that
+        breaks the caps has the violations in ``message``."""
+        feasible = None if self.metrics is None else self.metrics.feasible
+        value = self.value if self.plan is not None else None
+        cert = certify(value, feasible, self.proofs, stopped=self.status == "timeout",
+                       infeasible=self.status == "infeasible" and self.plan is None, exact=exact)
+        if value is not None and not feasible:
+            why = "; ".join(self.metrics.violations)
+            self.message = (f"{self.planner}: the solver's plan breaks the caps ({why}), within the solver's "
+                            "tolerance; no plan within the caps is reported" + (f"; {self.message}" if self.message
+                                                                              else "")) if exact else \
+                (self.message or why)
+        self.status, self.bound, self.bound_source = cert.status, cert.bound, cert.bound_source
 
     def to_dict(self) -> dict:
         return {
@@ -246,6 +264,7 @@ class PlanResult:
             "objective_name": self.objective,
             "objective": self.value,
             "bound": self.bound,
+            "bound_source": self.bound_source,
             "gap": self.gap,
             "solve_time_s": self.solve_time_s,
             "space": self.space,
@@ -275,29 +294,46 @@ class Planner:
 
     def solve(self, instance: Instance, objective: str | None = None, time_limit: float | None = None,
               threads: int = 1, seed: int = 0, progress=None) -> PlanResult:
-        """Run ``search`` and score its plan; the arguments are checked (``PlannerError``)."""
+        """Run ``search``, score its plan and certify the result; the arguments are checked
+        (``PlannerError``)."""
         check_solve_arguments(objective, time_limit, threads, seed)
         ctx = SolveContext(objective or instance.objective, time_limit, threads, seed, progress)
-        out = self.search(instance, ctx)
-        elapsed = ctx.elapsed()
+        out = self.run_search(instance, ctx)
         if isinstance(out, Plan):
             out = PlanResult(self.name, "feasible", ctx.objective, plan=out)
-        out.solve_time_s = elapsed
         out.objective = ctx.objective
-        if out.plan is not None:
-            out.plan.instance = instance.name
-            out.plan.meta.setdefault("planner", self.name)
-            out.metrics = evaluate(out.plan, instance)
-            out.value = out.metrics.value(ctx.objective)
-            if out.status == "feasible" and not out.metrics.feasible:
-                out.status = "infeasible"
-                out.message = out.message or "; ".join(out.metrics.violations)
-            elif (out.status in ("feasible", "timeout") and out.metrics.feasible
-                  and out.gap is not None and out.gap <= OPTIMAL_GAP):
-                out.status = "optimal"  # a proven gap this small is optimal, whatever stopped the run
+        self.score(out, instance)
+        out.proofs += self.more_proofs(out, instance, ctx)
+        out.settle(self.exact)
         if not out.space:
             out.space = space_dict(instance)
+        out.solve_time_s = ctx.elapsed()
         return out
+
+    def run_search(self, instance: Instance, ctx: SolveContext) -> Plan | PlanResult:
+        """``search``, with whatever fall-back a planner has when it stops early."""
+        return self.search(instance, ctx)
+
+    def score(self, out: PlanResult, instance: Instance) -> None:
+        """The evaluator's metrics and value of the result's plan (a bound given as ``bound``
+        by a planner without named proofs counts as one)."""
+        if out.bound is not None and not out.proofs:
+            out.proofs = [Proof(float(out.bound), self.bound_name)]
+        out.bound = None
+        if out.plan is None:
+            out.metrics, out.value = None, None
+            return
+        out.plan.instance = instance.name
+        out.plan.meta.setdefault("planner", self.name)
+        out.metrics = evaluate(out.plan, instance)
+        out.value = out.metrics.value(out.objective)
+
+    #: the source named for a bound a planner returns without naming it
+    bound_name = "planner"
+
+    def more_proofs(self, out: PlanResult, instance: Instance, ctx: SolveContext) -> list[Proof]:
+        """Proofs beyond the search's own (the exact planners add their floors)."""
+        return []
 
 
 def check_solve_arguments(objective, time_limit, threads, seed) -> None:

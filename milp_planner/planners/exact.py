@@ -37,7 +37,8 @@ from milp_planner.errors import PlannerError
 from milp_planner.cost.evaluator import evaluate, evaluate_stages
 from milp_planner.instance import Instance
 from milp_planner.planners.anytime_start import Start, StartReport, run_start, start_budget
-from milp_planner.planners.base import OPTIMAL_GAP, Option, Planner, PlanResult, SolveContext, space_dict
+from milp_planner.certificate import OPTIMAL_GAP, Proof
+from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext, space_dict
 from milp_planner.planners.subfleet import (LADDER_MIN_LIMIT_S, LADDER_SHARE, MIN_TRY_S, NO_LIMIT_IMPROVE_S,
                                             RUNG_STARTS_SHARE, ImproveReport, Restriction, neighbourhoods,
                                             rung_starts, search_restricted)
@@ -62,8 +63,21 @@ def _replace_plan(res: PlanResult, plan: Plan, plan_from: str, why: str) -> None
     certificate no longer describe it (the evaluator scores it; the bound stays)."""
     res.plan = plan
     res.info["plan_from"] = plan_from
-    res._solver_value, res._certified = None, False
+    res.solver_value, res.tolerance = None, 0.0
     res.message = (f"{res.message}; " if res.message else "") + why
+
+
+def _rounds_source(info: dict) -> str:
+    """What proved the rounds' bound: the full layout relaxation and enumeration, or the coarse one."""
+    return "coarse" if info.get("relaxation") == "coarse" else "rounds"
+
+
+def _proofs(ex: Exploration, info: dict) -> list[Proof]:
+    """What the rounds proved: their bound over the whole space (``certified`` when the best
+    plan of their graph is no worse than anything left outside it)."""
+    if ex.lower is None:
+        return []
+    return [Proof(ex.lower, "certified" if ex.certified else _rounds_source(info))]
 
 
 @dataclass
@@ -145,96 +159,52 @@ class ExactPlanner(Planner):
     #: runs the anytime start and reports floors (the rounds' planners; not bruteforce)
     anytime_capable = True
 
-    def solve(self, instance, **kw):
-        started = time.perf_counter()
+    def run_search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
         try:
-            res = super().solve(instance, **kw)
+            return self.search(instance, ctx)
         except SearchStopped as err:  # stopped before any plan, and no anytime start to return
-            res = self._fallback(instance, err, kw)
-        res = self.finish(res)
-        limit = kw.get("time_limit")
-        # the floors are remembered from the start (``_start_proven``); one not computed then
-        # gets a quarter second past the limit at most
-        self.settle_bound(res, instance, None if limit is None else
-                          max(started + float(limit), time.perf_counter() + FLOOR_GRACE_S))
-        self._caps_guard(res)
-        res.solve_time_s = time.perf_counter() - started
-        return res
+            return self._fallback(instance, err, ctx)
 
-    def _caps_guard(self, res: PlanResult) -> None:
-        """A plan the evaluator finds over a cap is never reported as a solution: the MILP's
-        integrality tolerance (1e-6 of a binary times a memory coefficient of 1e5 KB) can let a
-        plan pass a memory cap by a few bytes. Status ``error``, the violation said; the bound
-        stays (it holds for the plans within the caps)."""
-        m = res.metrics
-        if res.plan is None or m is None or m.feasible or res.status not in ("optimal", "feasible", "timeout"):
-            return
-        res.status = "error"
-        res.message = (f"{self.name}: the solver's plan breaks the caps ({'; '.join(m.violations)}), within the "
-                       "solver's tolerance; no plan within the caps is reported" + (f"; {res.message}" if res.message else ""))
+    def score(self, out: PlanResult, instance: Instance) -> None:
+        """The evaluator's value, checked against the solver's own (a mismatch is a bug)."""
+        super().score(out, instance)
+        if out.solver_value is not None and disagreement(out.solver_value, out.value, out.tolerance):
+            raise RuntimeError(
+                f"{self.name}: solver objective {out.solver_value!r} disagrees with the evaluator's {out.value!r} "
+                "(a formulation bug; please report it)")
 
-    def _fallback(self, instance, err: SearchStopped, kw) -> PlanResult:
+    def _fallback(self, instance, err: SearchStopped, ctx: SolveContext) -> PlanResult:
         """Stopped before any plan, without an anytime start: the best single-device plan (always
         in the space; within a second, the best of the devices scored by then), with the bound
         proven so far."""
         from milp_planner.planners import get_planner
 
-        obj = kw.get("objective") or instance.objective
         proven = f"; proven bound {err.lower:.6g}" if err.lower else ""
         status = "timeout" if isinstance(err, SpaceTimeout) else "feasible"
-        res = get_planner("offload").solve(instance, objective=obj, time_limit=FALLBACK_S)
-        if res.plan is not None and res.metrics is not None and res.metrics.feasible and res.metrics.in_space:
-            res.planner, res.status, res.info = self.name, status, {}
-            res.message = f"{err}; returning the best single-device plan{proven}"
-        else:
-            res = PlanResult(self.name, status if status == "timeout" else "error", obj,
-                             message=f"{err}; no plan yet{proven}")
-            res.space = space_dict(instance)
+        single = get_planner("offload").solve(instance, objective=ctx.objective, time_limit=FALLBACK_S)
+        info = {}
         if isinstance(err, MemoryStop) or getattr(err, "memory", False):
-            res.info["stopped_by"] = "memory budget"
+            info["stopped_by"] = "memory budget"
         if isinstance(err, CoarseOnly):
-            res.info["relaxation"] = "coarse"
-        res.bound = err.lower if err.lower is None or res.value is None else min(err.lower, res.value)
-        return res
+            info["relaxation"] = "coarse"
+        proofs = [] if err.lower is None else [Proof(err.lower, _rounds_source(info))]
+        if single.plan is not None and single.metrics is not None and single.metrics.feasible \
+                and single.metrics.in_space:
+            return PlanResult(self.name, status, ctx.objective, plan=single.plan, info=info, proofs=proofs,
+                              message=f"{err}; returning the best single-device plan{proven}")
+        return PlanResult(self.name, status, ctx.objective, info=info, proofs=proofs,
+                          message=f"{err}; no plan yet{proven}")
 
-    def settle_bound(self, res: PlanResult, instance: Instance, deadline: float | None = None) -> None:
-        """The one place that decides ``res.bound`` and ``info["bound_source"]`` of an exact planner:
-
-        - ``certified``: the rounds certified the plan optimal (bound = objective);
-        - ``rounds``: the rounds' proven bound (layout relaxation and bounded enumeration);
-        - ``coarse``: the coarse relaxation's bound (``formulations.coarse``), the full one having
-          refused or run out of its share of the time;
-        - ``fluid`` / ``compute-only`` / ``flow`` / ``flow-mip`` / ``weights``: a floor of ``milp_planner.cost.floors``, valid
-          for every plan, when it beats what the rounds proved;
-        - ``enumeration``: bruteforce saw every plan; ``none``: no bound (proven infeasible, or
-          bruteforce stopped early).
-
-        The bound never exceeds the plan's objective; a plan that meets the caps with a proven
-        gap of at most ``OPTIMAL_GAP`` is ``optimal`` (docs/model.md section 6)."""
-        info = res.info
-        if not self.exact:  # lp-round: its bound is the LP's, said by report.terminal.bound_source
-            return
-        if getattr(res, "_certified", False) and res.bound is not None:
-            info["bound_source"] = "certified"
-            return
-        if not self.anytime_capable:
-            info["bound_source"] = "enumeration" if res.bound is not None else "none"
-            return
-        if res.status == "infeasible":
-            info["bound_source"] = "none"
-            return
-        floor = lower_floor(instance, res.objective, deadline=deadline)
-        if res.bound is not None and res.bound > floor.value:
-            bound, source = res.bound, "coarse" if info.get("relaxation") == "coarse" else "rounds"
-        else:
-            bound, source = floor.value, floor.source
-        if res.value is not None and res.metrics is not None and res.metrics.feasible:
-            bound = min(bound, res.value)
-        res.bound = bound
-        info["bound_source"] = source
-        if (res.status in ("feasible", "timeout") and res.metrics is not None and res.metrics.feasible
-                and res.gap is not None and res.gap <= OPTIMAL_GAP):
-            res.status = "optimal"
+    def more_proofs(self, out: PlanResult, instance: Instance, ctx: SolveContext) -> list[Proof]:
+        """The floors of ``milp_planner.cost.floors`` (valid for every plan), remembered from the
+        start (``_start_proven``); one not computed then gets a quarter second past the limit at
+        most. None for bruteforce (its own enumeration proves what it proves), lp-round (its
+        bound is the LP's) and a space proven infeasible."""
+        if not self.exact or not self.anytime_capable or out.status == "infeasible":
+            return []
+        deadline = None if ctx.time_limit is None else max(ctx.deadline, time.perf_counter() + FLOOR_GRACE_S)
+        floor = lower_floor(instance, out.objective, deadline=deadline)
+        return [Proof(floor.value, floor.source)]
 
     def solve_graph(self, sg: StageGraph, ctx: SolveContext, ws: WarmStart) -> GraphSolve:
         """Solve one stage graph; ``ws`` is the DP warm start. This base version is the DP."""
@@ -296,8 +266,8 @@ class ExactPlanner(Planner):
                 if getattr(err, "coarse", None):
                     info["coarse"] = err.coarse
                 status = "timeout" if isinstance(err, SpaceTimeout) else "feasible"
-                res = PlanResult(self.name, status, ctx.objective, plan=start.start.plan, bound=err.lower,
-                                 info=info, message=f"{err}; returning the anytime start "
+                res = PlanResult(self.name, status, ctx.objective, plan=start.start.plan, info=info,
+                                 proofs=[] if err.lower is None else [Proof(err.lower, _rounds_source(info))], message=f"{err}; returning the anytime start "
                                                     f"({start.start.baseline}'s plan) and the bound proven so far")
                 if not (isinstance(err, MemoryStop) or getattr(err, "memory", False)):
                     self.improve(instance, ctx, res, ladder, start.start.value)
@@ -320,7 +290,8 @@ class ExactPlanner(Planner):
                             deadline=None if left is None else time.perf_counter() + FLOOR_SHARE * left)
         if floor.value < start.start.value * (1 - OPTIMAL_GAP):
             return None
-        return PlanResult(self.name, "feasible", ctx.objective, plan=start.start.plan, bound=floor.value,
+        return PlanResult(self.name, "feasible", ctx.objective, plan=start.start.plan,
+                          proofs=[Proof(floor.value, floor.source)],
                           info={"stage_arcs": 0, "nodes": 0, "rounds": 0, "anytime": start.info(),
                                 "plan_from": f"anytime start ({start.start.baseline})"},
                           message=f"the {floor.source} floor proves the anytime start ({start.start.baseline}'s "
@@ -509,14 +480,13 @@ class ExactPlanner(Planner):
             status = "timeout" if ex.timed_out else "error"
             msg = ("no plan found within the time limit" if ex.timed_out
                    else ex.memory_out or f"{self.name} found no plan that meets the caps; use --planner milp or cpsat")
-            return PlanResult(self.name, status, obj, bound=ex.lower, info=info, message=msg)
+            return PlanResult(self.name, status, obj, info=info, message=msg, proofs=_proofs(ex, info))
         found = ex.found
         plan = sg.plan_from_arcs(found.arcs)
-        status = "optimal" if ex.certified else ("timeout" if ex.timed_out else "feasible")
-        res = PlanResult(self.name, status, obj, plan=plan, bound=found.value if ex.certified else ex.lower,
+        status = "timeout" if ex.timed_out else "feasible"
+        res = PlanResult(self.name, status, obj, plan=plan, proofs=_proofs(ex, info),
                          info=info, message=self.stop_message(ex))
-        res._solver_value, res._tol = found.value, found.tol
-        res._certified = ex.certified
+        res.solver_value, res.tolerance = found.value, found.tol
         return res
 
     def _start_result(self, ex: Exploration, start: Start, info: dict, obj: str) -> PlanResult:
@@ -527,7 +497,7 @@ class ExactPlanner(Planner):
         else:
             msg = f"{self.stop_message(ex)}; the anytime start ({start.baseline}'s plan) is the best plan found"
         status = "timeout" if ex.timed_out else "feasible"
-        return PlanResult(self.name, status, obj, plan=start.plan, bound=ex.lower, info=info, message=msg)
+        return PlanResult(self.name, status, obj, plan=start.plan, info=info, message=msg, proofs=_proofs(ex, info))
 
     def _explain(self, sg: StageGraph, ctx: SolveContext) -> str:
         try:
@@ -546,17 +516,6 @@ class ExactPlanner(Planner):
             return "the time limit stopped the search; the bound is the best proven"
         return "not certified: the plan space within the best plan is too large to enumerate"
 
-    def finish(self, res: PlanResult) -> PlanResult:
-        """Check the solver's objective against the evaluator's (a mismatch is a bug)."""
-        sv = getattr(res, "_solver_value", None)
-        if sv is not None:
-            self.check_agreement(sv, res, tol_abs=getattr(res, "_tol", 0.0))
-            if res.status == "optimal":
-                res.bound = min(res.value, res.bound if res.bound is not None else res.value)
-            elif res.bound is not None and res.value is not None:
-                res.bound = min(res.bound, res.value)
-        return res
-
     def warm_start(self, sg: StageGraph, objective: str, deadline: float | None = None,
                    prior: Fixing | None = None) -> WarmStart:
         """A plan to start the solvers from, and the DP's bound (``formulations.warmstart``)."""
@@ -564,12 +523,6 @@ class ExactPlanner(Planner):
                              capped_search=bool(self.options.get("capped_search", True)),
                              max_labels=int(self.options.get("max_labels", 2_000_000)),
                              lagrange_rounds=int(self.options.get("lagrange_rounds", 12)))
-
-    def check_agreement(self, solver_value: float, result: PlanResult, tol_abs: float = 0.0) -> None:
-        if disagreement(solver_value, result.value, tol_abs):
-            raise RuntimeError(
-                f"{self.name}: solver objective {solver_value!r} disagrees with the evaluator's {result.value!r} "
-                "(a formulation bug; please report it)")
 
 
 class DPPlanner(ExactPlanner):
@@ -582,6 +535,9 @@ class DPPlanner(ExactPlanner):
         if ex.certified or ex.timed_out or ex.memory_out or ex.refused:
             return super().stop_message(ex)
         if ex.graph is not None and ex.graph.objective in MINMAX:
+            if ex.graph.objective != "period" and ex.graph.instance.constraints.period_s is not None:
+                return ("a period cap binds and dp's min-max label search does not carry it: this is the best "
+                        "plan found within it and the bound is proven. Use --planner milp or cpsat to certify")
             return ("the min-max label search stopped at its label budget (max_labels); the plan is the best "
                     "found and the bound is proven")
         return ("caps bind: this is a feasible plan (the DP's, repaired); the bound is the DP without caps. "
@@ -668,7 +624,7 @@ class BruteForcePlanner(ExactPlanner):
         if plan is None:
             return PlanResult(self.name, "infeasible", obj, info=info,
                               message=f"none of the {seen} plans of the space is feasible")
-        return PlanResult(self.name, "optimal", obj, plan=plan, bound=best_value, info=info)
+        return PlanResult(self.name, "feasible", obj, plan=plan, info=info, proofs=[Proof(best_value, "enumeration")])
 
 
 def _stage_tuple(o) -> tuple:

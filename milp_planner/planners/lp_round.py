@@ -70,6 +70,7 @@ class LPRoundPlanner(ExactPlanner):
     description = "LP relaxation of the MILP (HiGHS), greedy rounding of its flow; the LP optimum as bound"
     source = "this project; LP relaxation of formulations.milp, largest-flow rounding (GitHub issue #6)"
     exact = False  # the bound is the LP's; the plan is not certified
+    bound_name = "lp-relaxation"
     option_specs = ROUND_OPTIONS + (
         FIX_ARCS,
         LOG,

@@ -159,18 +159,13 @@ _FLOOR_TEXT = {
 def bound_source(result) -> str | None:
     """Where ``result.bound`` comes from, as a short code (``solve --json`` prints it):
     ``certified``, ``rounds``, ``coarse``, ``fluid``, ``compute-only``, ``flow``, ``flow-mip``, ``weights`` (exact planners, decided
-    by ``ExactPlanner.settle_bound``), ``enumeration`` (bruteforce), ``lp-relaxation``
+    by ``milp_planner.certificate.certify``), ``enumeration`` (bruteforce), ``lp-relaxation``
     (lp-round), ``none``; None for planners that prove nothing."""
-    info = result.info or {}
-    if info.get("bound_source"):
-        return str(info["bound_source"])
-    if result.bound is None:
-        return None
-    if result.planner == "bruteforce" and "plans" in info:
-        return "enumeration"
-    if result.planner == "lp-round":
-        return "lp-relaxation"
-    return None
+    code = getattr(result, "bound_source", None)
+    if result.bound is None and code in (None, "none"):
+        exact = result.planner in ("dp", "milp", "cpsat", "bruteforce")
+        return "none" if exact else None
+    return code
 
 
 def bound_source_text(result) -> str | None:

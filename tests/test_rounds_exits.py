@@ -1,0 +1,251 @@
+"""Every exit of the rounds loop (``formulations.rounds.explore``), each from a scripted scenario.
+
+The graph builder, the warm start and the graph solver are injected, and the relaxation's bound
+is fixed at 1.0, so each test states exactly what each round's graph holds (``outside``: the
+least value of any plan left out of it) and what its solve proved; the test then says what the
+rounds may claim. The exits of ``ExactPlanner`` (no plan, a solver that disagrees with the
+evaluator, a result not certified) follow at the end.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from types import SimpleNamespace
+
+import pytest
+from builders import chain_graph, device, make_instance
+
+import formulations.rounds as rounds
+from formulations.budget import MemoryBudgetExceeded
+from formulations.certificate import Exploration, GraphSolve, MemoryStop, SpaceTimeout
+from formulations.rounds import RoundSettings, explore
+from formulations.stagegraph import SpaceTooLarge
+from milp_planner.errors import PlannerError
+from milp_planner.instance import SearchSpace
+
+INF = math.inf
+
+
+class Graph:
+    """A round's graph as the rounds see it: what it leaves out, its size, and its solve."""
+
+    def __init__(self, outside: float, solve: GraphSolve | None = None, arcs: int = 10):
+        self.outside = outside
+        self.solve = solve
+        self.forward_arcs = arcs
+        self.arcs = [None] * arcs
+        self.n_nodes = 3
+        self.build_time_s = 0.0
+
+    def path_value(self, arcs, objective):
+        return self.solve.value
+
+
+def _instance():
+    devs = [device("a", 1000, "0.01"), device("b", 2500, "0.02")]
+    return make_instance(chain_graph(3), devs, bw=[[0, 100.0], [250.0, 0]],
+                         search=SearchSpace(2, 2, ("equal",), ("rows",)))
+
+
+def run(monkeypatch, script, incumbent=None, objective="latency", time_limit=None):
+    """The rounds over ``script``: one Graph or exception per round, in order."""
+    monkeypatch.setattr(rounds, "_full_bounds", lambda *a, **k: SimpleNamespace(lower=1.0))
+    monkeypatch.setattr(rounds, "_floor", lambda *a, **k: 0.0)
+    monkeypatch.setattr(rounds, "_flow_to_go", lambda *a, **k: None)
+    steps = list(script)
+    built = []
+
+    def build_graph(instance, **kw):
+        built.append(kw.get("upper"))
+        step = steps.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        return step
+
+    def warm_start(sg, objective, deadline, prior):
+        empty = sg.solve is None
+        return SimpleNamespace(fixing=None, empty=empty, capped_exact=False)
+
+    ctx = SimpleNamespace(objective=objective, time_limit=time_limit, started=time.perf_counter(),
+                          report=lambda **k: None)
+    ex = explore(_instance(), ctx, lambda sg, c, ws: sg.solve, warm_start, RoundSettings(), incumbent,
+                 build_graph=build_graph)
+    ex.built = built
+    return ex
+
+
+def optimal(value, bound=None):
+    return GraphSolve([1], value, value if bound is None else bound, True)
+
+
+def test_a_plan_no_worse_than_everything_left_out_is_certified(monkeypatch):
+    ex = run(monkeypatch, [Graph(1.2, optimal(1.1))])
+    assert ex.certified and ex.rounds == 1 and ex.found.value == 1.1
+    assert ex.lower == pytest.approx(1.1)
+
+
+def test_a_plan_worse_than_what_was_left_out_is_not_certified(monkeypatch):
+    # round 1's best plan (1.1) is worse than a plan it left out (>= 1.05): the next round holds
+    # every plan up to 1.1 and only then certifies
+    ex = run(monkeypatch, [Graph(1.05, optimal(1.1)), Graph(INF, optimal(1.1))])
+    assert ex.certified and ex.rounds == 2
+
+
+def test_the_bound_is_the_least_of_what_the_graph_and_the_outside_prove(monkeypatch):
+    stopped = GraphSolve([1], 1.4, 1.2, False, stopped=True)  # the solver proved 1.2 over its graph
+    ex = run(monkeypatch, [Graph(1.5, stopped)])
+    assert not ex.certified and ex.timed_out
+    assert ex.lower == pytest.approx(1.2)  # not 1.5: the graph's plans are only proven >= 1.2
+    assert ex.found.value == 1.4
+
+
+def test_a_solve_capped_at_a_cutoff_proves_no_more_than_the_cutoff(monkeypatch):
+    capped = GraphSolve([], None, None, False, infeasible=True, cutoff=1.1)
+    ex = run(monkeypatch, [Graph(1.3, capped), Graph(INF, optimal(1.25))])
+    assert ex.certified and ex.found.value == 1.25
+
+
+def test_time_out_building_before_any_plan_raises_with_what_was_proven(monkeypatch):
+    with pytest.raises(SpaceTimeout) as err:
+        run(monkeypatch, [TimeoutError()])
+    assert err.value.lower == pytest.approx(1.0)
+
+
+def test_time_out_building_after_a_plan_returns_it_uncertified(monkeypatch):
+    ex = run(monkeypatch, [Graph(1.05, optimal(1.1)), TimeoutError()])
+    assert ex.timed_out and not ex.certified and ex.found.value == 1.1
+    assert ex.lower == pytest.approx(1.05)
+
+
+def test_a_space_too_large_before_any_plan_raises(monkeypatch):
+    with pytest.raises(SpaceTooLarge):
+        run(monkeypatch, [SpaceTooLarge("too many")] * 200)
+
+
+def test_a_space_too_large_after_a_plan_stops_with_the_bound(monkeypatch):
+    ex = run(monkeypatch, [Graph(1.05, optimal(1.1))] + [SpaceTooLarge("too many")] * 200)
+    assert not ex.certified and not ex.timed_out and ex.found.value == 1.1
+    assert ex.lower == pytest.approx(1.05)
+
+
+def test_a_space_too_large_retries_halfway_back(monkeypatch):
+    ex = run(monkeypatch, [Graph(1.01, None, arcs=100), SpaceTooLarge("too many"), Graph(INF, optimal(1.02))])
+    assert ex.certified and ex.rounds == 3
+    assert ex.built[0] < ex.built[2] < ex.built[1]  # halfway between the last finished round and the refused one
+
+
+def test_a_planner_error_before_any_plan_raises(monkeypatch):
+    with pytest.raises(PlannerError):
+        run(monkeypatch, [PlannerError("cannot list")])
+
+
+def test_a_planner_error_with_an_incumbent_is_a_refusal_with_the_bound(monkeypatch):
+    ex = run(monkeypatch, [PlannerError("cannot list")], incumbent=2.0)
+    assert ex.refused == "cannot list" and not ex.certified and ex.found is None
+    assert ex.lower == pytest.approx(1.0)
+
+
+def test_a_planner_error_after_a_plan_stops(monkeypatch):
+    ex = run(monkeypatch, [Graph(1.05, optimal(1.1)), PlannerError("cannot list")])
+    assert not ex.certified and ex.found.value == 1.1 and ex.lower == pytest.approx(1.05)
+
+
+def test_no_plan_in_the_whole_space_is_infeasible(monkeypatch):
+    ex = run(monkeypatch, [Graph(INF, None)])
+    assert ex.infeasible and ex.found is None and not ex.certified
+
+
+def test_a_solver_proving_its_whole_graph_infeasible_is_infeasible(monkeypatch):
+    ex = run(monkeypatch, [Graph(INF, GraphSolve([], None, None, False, infeasible=True))])
+    assert ex.infeasible
+
+
+def test_an_empty_round_raises_the_bound_to_what_it_left_out(monkeypatch):
+    ex = run(monkeypatch, [Graph(1.3, None), Graph(INF, optimal(1.4))])
+    assert ex.certified and ex.found.value == 1.4 and ex.lower >= 1.3
+
+
+def test_an_incumbent_at_the_bound_ends_the_rounds_at_once(monkeypatch):
+    ex = run(monkeypatch, [], incumbent=1.0)
+    assert ex.rounds == 0 and ex.found is None and not ex.certified and ex.lower == pytest.approx(1.0)
+
+
+def test_an_incumbent_proven_by_a_round_ends_them(monkeypatch):
+    # the round proves everything below 1.5 absent; the incumbent is 1.5
+    ex = run(monkeypatch, [Graph(1.5, GraphSolve([], None, None, False, infeasible=True, cutoff=1.5))],
+             incumbent=1.5)
+    assert ex.found is None and not ex.certified and ex.lower >= 1.5 * (1 - 1e-7)
+
+
+def test_a_solver_that_stops_ends_the_rounds_timed_out(monkeypatch):
+    ex = run(monkeypatch, [Graph(1.2, GraphSolve([1], 1.15, 1.0, False, stopped=True))])
+    assert ex.timed_out and not ex.certified and ex.lower == pytest.approx(1.0)
+
+
+def test_a_solver_that_proves_nothing_ends_the_rounds(monkeypatch):
+    ex = run(monkeypatch, [Graph(1.2, GraphSolve([1], 1.15, None, False))])
+    assert not ex.certified and not ex.timed_out and ex.lower == pytest.approx(1.0)
+
+
+def test_the_memory_budget_before_any_plan_raises(monkeypatch):
+    with pytest.raises(MemoryStop):
+        run(monkeypatch, [MemoryBudgetExceeded(10**10, 10**9)])
+
+
+def test_the_memory_budget_after_a_plan_stops_with_it(monkeypatch):
+    ex = run(monkeypatch, [Graph(1.05, optimal(1.1)), MemoryBudgetExceeded(10**10, 10**9)])
+    assert ex.memory_out and not ex.certified and ex.found.value == 1.1
+
+
+def test_the_time_limit_between_rounds(monkeypatch):
+    with pytest.raises(SpaceTimeout):
+        run(monkeypatch, [Graph(1.3, None)], time_limit=0.0)
+
+
+# -- the exact planner's exits -------------------------------------------------------------
+
+
+def test_no_plan_and_nothing_proven_infeasible_is_an_error_with_the_bound(monkeypatch):
+    from milp_planner.planners import exact
+
+    monkeypatch.setattr(exact, "explore", lambda *a, **k: Exploration(None, None, 1e-9, False, 1, 0.0))
+    res = exact.DPPlanner(anytime=False).solve(_instance(), objective="latency")
+    assert res.status == "error" and res.plan is None and res.bound is not None
+
+
+def test_a_solver_that_disagrees_with_the_evaluator_raises(monkeypatch):
+    from formulations.drivers import solve_dp
+    from milp_planner.planners import exact
+
+    class Lying(exact.DPPlanner):
+        def solve_graph(self, sg, ctx, ws):
+            found = solve_dp(sg, ctx.objective, ws)
+            found.value *= 1.01
+            return found
+
+    monkeypatch.setattr(rounds, "graph_answer", lambda sg, ctx, ws, solve_graph: solve_graph(sg, ctx, ws))
+    with pytest.raises(RuntimeError, match="disagrees with the evaluator"):
+        Lying(anytime=False).solve(_instance(), objective="latency")
+
+
+def test_an_uncertified_round_reports_its_bound_not_the_plan_value(monkeypatch):
+    from milp_planner.cost.floors import lower_floor
+    from milp_planner.planners import exact
+
+    inst = _instance()
+    real = exact.explore
+
+    def uncertified(*a, **k):
+        ex = real(*a, **k)
+        assert ex.certified
+        ex.certified, ex.lower = False, 0.5 * ex.found.value
+        return ex
+
+    monkeypatch.setattr(exact, "explore", uncertified)
+    res = exact.DPPlanner(anytime=False).solve(inst, objective="latency")
+    floor = lower_floor(inst, "latency").value
+    expected = max(0.5 * res.value, floor)
+    if expected >= res.value * (1 - 1e-6):
+        pytest.skip("the floor alone proves this plan optimal")
+    assert res.status == "feasible" and res.bound == pytest.approx(expected)
