@@ -81,8 +81,7 @@ def attach_references(rows: list[dict], root: Path, any_label: str = "dp-any") -
         key = (r["base_file"], r["objective"], space)
         if key not in floors:
             floors[key] = floor_reference(inst, r["objective"], space)
-        if floors[key] is not None:
-            cands.append(floors[key])
+        cands += [ref for ref in floors[key] if ref.covers(plan, inst, feasible)]
         if not cands:
             continue
         best = max(cands, key=lambda c: c.value)

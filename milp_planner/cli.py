@@ -156,23 +156,31 @@ def cmd_solve(args) -> int:
                                threads=args.threads, seed=args.seed, progress=progress)
     if args.out and result.plan is not None:
         result.plan.save(args.out)
-    baselines = []
+    baselines, compare_error = [], ""
     if compare:
         def announce(name):
             if not args.quiet and not args.json:
                 print(f"comparing with {name} ...", file=sys.stderr, flush=True)
 
         exact = planner.exact and result.plan is not None
-        baselines = run_baselines(inst, compare, result.value if result.plan is not None else None, objective,
-                                  time_limit=compare_limit, threads=args.threads, seed=args.seed,
-                                  progress=announce, bound=result.bound if exact else None,
-                                  certified=exact and result.status == "optimal",
-                                  exact_planner=args.planner if planner.exact else None)
+        try:
+            baselines = run_baselines(inst, compare, result.value if result.plan is not None else None, objective,
+                                      time_limit=compare_limit, threads=args.threads, seed=args.seed,
+                                      progress=announce, bound=result.bound if exact else None,
+                                      certified=exact and result.status == "optimal",
+                                      exact_planner=args.planner if planner.exact else None)
+        except Exception as err:  # noqa: BLE001 - the comparison never costs the certificate
+            if os.environ.get("MILP_PLANNER_DEBUG", "") not in ("", "0"):
+                raise
+            compare_error = f"internal error in the comparison: {type(err).__name__}: {_one_line(err)[:300]}"
+            print(f"milp-planner: {compare_error} (the certificate is printed all the same; please report it)", file=sys.stderr)
     if args.json:
         out = result.to_dict()
         out["bound_source"] = bound_source(result)
         if compare:
             out["baselines"] = [b.to_dict() for b in baselines]
+            if compare_error:
+                out["baselines_error"] = compare_error
         _print_json(out)
     else:
         render_result(result, inst, baselines, detail=args.detail, baseline_time_limit=compare_limit)

@@ -106,15 +106,15 @@ def lower_floor(instance: Instance, objective: str | None = None, deadline: floa
     for ref, obj, floor in _RECENT:
         if ref() is instance and obj == objective:
             return floor
-    whole = [True]
-    floor = _lower_floor(instance, objective, deadline, whole)
-    if whole[0]:
+    complete = [True]
+    floor = _lower_floor(instance, objective, deadline, complete)
+    if complete[0]:
         _RECENT.append((weakref.ref(instance), objective, floor))
         del _RECENT[:-_RECENT_SIZE]
     return floor
 
 
-def _lower_floor(instance: Instance, objective: str, deadline: float | None, whole: list[bool]) -> Floor:
+def _lower_floor(instance: Instance, objective: str, deadline: float | None, complete: list[bool]) -> Floor:
     if objective == "memory":
         return Floor(float(_memory_floor(instance)), "weights")
     cover = _coverage(instance)
@@ -125,14 +125,14 @@ def _lower_floor(instance: Instance, objective: str, deadline: float | None, who
     if objective == "energy":
         power = [float(d.power.compute_w) for d in instance.devices]
         value = sum(min(power[d] * cost[d, l.id] for d in range(n_dev)) for l in layers)
-        return _with_flow(instance, objective, Floor(_safe(value), "compute-only"), deadline, whole)
-    whole = [l for l in layers if not _splittable(instance, l)]
-    whole_cost = [min(cost[d, l.id] for d in range(n_dev)) for l in whole]
+        return _with_flow(instance, objective, Floor(_safe(value), "compute-only"), deadline, complete)
+    unsplit = [l for l in layers if not _splittable(instance, l)]
+    whole_cost = [min(cost[d, l.id] for d in range(n_dev)) for l in unsplit]
     if objective == "period":
         fluid = _fluid(cost, [l.id for l in layers], n_dev, n_dev)
         biggest = max(whole_cost, default=0.0)
         floor = Floor(_safe(biggest), "compute-only") if biggest > fluid else Floor(_safe(fluid), "fluid")
-        return _with_flow(instance, objective, floor, deadline, whole)
+        return _with_flow(instance, objective, floor, deadline, complete)
     if objective != "latency":
         raise ValueError(f"unknown objective {objective!r}")
     k = max(1, min(instance.search.max_parts, n_dev))
@@ -144,15 +144,16 @@ def _lower_floor(instance: Instance, objective: str, deadline: float | None, who
     return Floor(_safe(fluid), "fluid")
 
 
-def _with_flow(instance: Instance, objective: str, floor: Floor, deadline: float | None, whole: list[bool]) -> Floor:
+def _with_flow(instance: Instance, objective: str, floor: Floor, deadline: float | None,
+               complete: list[bool]) -> Floor:
     """``floor``, or the flow floor (``milp_planner.cost.flow``: the transfers the layer graph
-    forces, counted) when that is higher; ``whole[0]`` becomes False when the flow floor's LP
+    forces, counted) when that is higher; ``complete[0]`` becomes False when the flow floor's LP
     was not solved by ``deadline``."""
     from milp_planner.cost.flow import flow_floor
 
     flow = flow_floor(instance, objective, deadline=deadline)
     if flow is None and deadline is not None:
-        whole[0] = False
+        complete[0] = False
     if flow is not None and flow.value > floor.value:
         floor = Floor(flow.value, "flow")
     capped = instance.memory_capped

@@ -107,16 +107,39 @@ def enclosing_space(space: SearchSpace, plan: Plan | None, n_devices: int) -> Se
                        tuple(a for a in AXES if a in axes))
 
 
-def floor_reference(instance: Instance, objective: str, space: SearchSpace) -> Reference | None:
-    """The problem-specific floor of ``milp_planner.cost.floors`` over ``space`` (it holds for any
-    cuts and fusion depth, so for every plan with at most ``max_parts`` parts on ``axes``)."""
+def floor_reference(instance: Instance, objective: str, space: SearchSpace) -> list[Reference]:
+    """The problem-specific floors of ``milp_planner.cost.floors`` over ``space`` (they hold for
+    any cuts and fusion depth, so for every plan with at most ``max_parts`` parts on ``axes``).
+
+    A floor of an instance with caps may use them (the flow MIP stores at most a device's
+    memory), so it holds only for the plans within the caps; the floor of the same instance
+    without its caps holds for every plan, and is the one an infeasible plan is measured
+    against."""
     from milp_planner.cost.floors import lower_floor
 
-    fl = lower_floor(replace(instance, search=space), objective)
-    if fl.value is None or not fl.value > 0:
-        return None
     every = SearchSpace(len(instance.graph.layers), space.max_parts, ("any",), space.axes)
-    return Reference(float(fl.value), "floor", every, f"floor ({fl.source})", feasible_only=False)
+    capped = has_caps(instance)
+    cases = [(instance, capped)] + ([(without_caps(instance), False)] if capped else [])
+    out = []
+    for inst, feasible_only in cases:
+        fl = lower_floor(replace(inst, search=space), objective)
+        if fl.value is not None and fl.value > 0:
+            out.append(Reference(float(fl.value), "floor", every, f"floor ({fl.source})",
+                                 feasible_only=feasible_only))
+    return out
+
+
+def has_caps(instance: Instance) -> bool:
+    """Whether any plan of ``instance`` can break a cap (memory, latency, energy or period)."""
+    c = instance.constraints
+    return instance.memory_capped or any(v is not None for v in (c.latency_s, c.energy_j, c.period_s))
+
+
+def without_caps(instance: Instance) -> Instance:
+    """``instance`` with no cap at all: every plan meets them."""
+    from milp_planner.instance import Constraints
+
+    return replace(instance, constraints=Constraints(memory=False))
 
 
 def any_cut_reference(instance: Instance, objective: str, space: SearchSpace, planner: str = "dp",
@@ -213,26 +236,64 @@ def run_baselines(instance: Instance, names, reference: float | None, objective:
     """
     runs = []  # (name, cls, result or None, seconds, status, message)
     for name in names:
-        cls = planner_class(name)
-        if progress is not None:
-            progress(name)
-        started = time.perf_counter()
-
-        def watch(info: dict) -> None:
-            if time_limit is not None and time.perf_counter() - started > time_limit:
-                raise _OutOfTime
-
+        runs.append(_run_one(instance, name, objective, time_limit, threads, seed, progress))
+    refs, failed = _references(instance, runs, reference, bound, certified, objective, exact_planner,
+                               time_limit if reference_time_limit is None else reference_time_limit, threads, progress)
+    rows = []
+    for name, cls, res, seconds, status, message in runs:
+        if res is None:
+            rows.append(BaselineRun(name, cls.source, status, None, None, None, None, seconds, message))
+            continue
+        m = res.metrics
         try:
-            res = cls().solve(instance, objective=objective, time_limit=time_limit, threads=threads, seed=seed,
-                              progress=watch)
-        except _OutOfTime:
-            runs.append((name, cls, None, time.perf_counter() - started, "timeout", f"no plan within {time_limit:g} s"))
-            continue
-        except PlannerError as e:
-            runs.append((name, cls, None, time.perf_counter() - started, "error", str(e)))
-            continue
-        runs.append((name, cls, res, res.solve_time_s, res.status, res.message))
+            ref = best_covering(refs, res.plan, instance, m is not None and m.feasible) if res.value is not None \
+                else None
+            gap = covering_gap(res.value, ref)
+        except Exception as err:  # noqa: BLE001 - a comparison never costs the result beside it
+            ref, gap = None, None
+            message = _join(message, f"internal error in the comparison: {type(err).__name__}: {err}")
+        rows.append(BaselineRun(
+            planner=name, source=cls.source, status=res.status, value=res.value, vs_reference=gap,
+            feasible=None if m is None else m.feasible, in_space=None if m is None else m.in_space,
+            solve_time_s=seconds, message=_join(message, failed) if res.metrics is not None
+            and res.metrics.in_space is False else message, reference=ref,
+            vs_in_space=relative_gap(res.value, reference)))
+    return rows
 
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def _run_one(instance, name, objective, time_limit, threads, seed, progress):
+    """(name, class, result or None, seconds, status, message) of one baseline: a failure,
+    expected (``PlannerError``) or not, is its row's status and message, never raised."""
+    cls = planner_class(name)
+    if progress is not None:
+        progress(name)
+    started = time.perf_counter()
+
+    def watch(info: dict) -> None:
+        if time_limit is not None and time.perf_counter() - started > time_limit:
+            raise _OutOfTime
+
+    try:
+        res = cls().solve(instance, objective=objective, time_limit=time_limit, threads=threads, seed=seed,
+                          progress=watch)
+    except _OutOfTime:
+        return (name, cls, None, time.perf_counter() - started, "timeout", f"no plan within {time_limit:g} s")
+    except PlannerError as e:
+        return (name, cls, None, time.perf_counter() - started, "error", str(e))
+    except Exception as e:  # noqa: BLE001 - reported on its line
+        return (name, cls, None, time.perf_counter() - started, "error",
+                f"internal error: {type(e).__name__}: {e}")
+    return (name, cls, res, res.solve_time_s, res.status, res.message)
+
+
+def _references(instance, runs, reference, bound, certified, objective, exact_planner, time_limit, threads,
+                progress) -> tuple[list[Reference], str]:
+    """The references a baseline may be measured against (see ``run_baselines``), and what
+    failed while computing them (said on the rows of plans outside the space)."""
     refs: list[Reference] = []
     in_space_ref = reference if certified else bound
     if in_space_ref is not None:
@@ -246,27 +307,14 @@ def run_baselines(instance: Instance, names, reference: float | None, objective:
             spaces.setdefault(sp, None)
     if spaces and progress is not None:
         progress("references over the spaces with every cut")
+    failed = []
     for sp in spaces:
-        fl = floor_reference(instance, objective, sp)
-        if fl is not None:
-            refs.append(fl)
-        if exact_planner is not None:
-            ex = any_cut_reference(instance, objective, sp, exact_planner,
-                                   time_limit if reference_time_limit is None else reference_time_limit, threads)
-            if ex is not None:
-                refs.append(ex)
-
-    rows = []
-    for name, cls, res, seconds, status, message in runs:
-        if res is None:
-            rows.append(BaselineRun(name, cls.source, status, None, None, None, None, seconds, message))
-            continue
-        m = res.metrics
-        ref = best_covering(refs, res.plan, instance, m is not None and m.feasible) if res.value is not None else None
-        rows.append(BaselineRun(
-            planner=name, source=cls.source, status=res.status, value=res.value,
-            vs_reference=covering_gap(res.value, ref),
-            feasible=None if m is None else m.feasible, in_space=None if m is None else m.in_space,
-            solve_time_s=seconds, message=message, reference=ref,
-            vs_in_space=relative_gap(res.value, reference)))
-    return rows
+        try:
+            refs.extend(floor_reference(instance, objective, sp))
+            if exact_planner is not None:
+                ex = any_cut_reference(instance, objective, sp, exact_planner, time_limit, threads)
+                if ex is not None:
+                    refs.append(ex)
+        except Exception as err:  # noqa: BLE001 - a reference the comparison goes without
+            failed.append(f"internal error computing the reference over splits any: {type(err).__name__}: {err}")
+    return refs, _join(*failed)

@@ -149,7 +149,8 @@ def fill_gaps(rows: list[dict], instances: dict | None = None) -> None:
 
 
 class _Floors:
-    """The floor reference of a row's plan outside the space (instances loaded once)."""
+    """The floor reference of a row's plan outside the space, the largest that holds for it
+    (instances loaded once)."""
 
     def __init__(self, instances: dict | None = None):
         self.instances: dict[str, object] = dict(instances or {})
@@ -166,11 +167,13 @@ class _Floors:
         if f not in self.instances:
             self.instances[f] = load_instance(f)
         inst = self.instances[f]
-        space = enclosing_space(inst.search, Plan.from_dict(r["_plan"]), len(inst.devices))
+        plan = Plan.from_dict(r["_plan"])
+        space = enclosing_space(inst.search, plan, len(inst.devices))
         key = (f, r["objective"], space)
         if key not in self.refs:
             self.refs[key] = floor_reference(inst, r["objective"], space)
-        return self.refs[key]
+        covering = [ref for ref in self.refs[key] if ref.covers(plan, inst, r["feasible"] is not False)]
+        return max(covering, key=lambda ref: ref.value) if covering else None
 
 
 def _csv_value(x):
