@@ -14,6 +14,7 @@ import math
 
 from formulations.dp import arc_cost, prefix_suffix, terminal_cost
 from formulations.stagegraph import StageGraph
+from milp_planner.cost.evaluator import cap_limit
 
 
 def arcs_over_caps(sg: StageGraph, arc_ids: list[int]) -> set[int]:
@@ -30,7 +31,7 @@ def arcs_over_caps(sg: StageGraph, arc_ids: list[int]) -> set[int]:
     for obj, cap in caps:
         cost = [v if a in keep else math.inf for a, v in enumerate(arc_cost(sg, obj))]
         pre, suf = prefix_suffix(sg, cost, terminal_cost(sg, obj))
-        slack = cap * (1 + 1e-9) + 1e-12
+        slack = cap_limit(cap)
         for a in arc_ids:
             arc = sg.arcs[a]
             if pre[arc.tail] + cost[a] + suf[arc.head] > slack:

@@ -34,6 +34,7 @@ from formulations.budget import check_memory
 from formulations.dominance import undominated
 from formulations.dp import arc_cost, terminal_cost
 from formulations.stagegraph import StageGraph
+from milp_planner.cost.evaluator import cap_limit
 
 
 class PathArrays:
@@ -449,7 +450,7 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
     for j, (_, tcol, _) in enumerate(cols):
         for t, c in tcol.items():
             rterm[t, j] = c
-    rcap = np.array([cap * (1 + 1e-9) + 1e-12 for _, _, cap in cols], dtype=float)  # the evaluator's slack
+    rcap = np.array([cap_limit(cap) for _, _, cap in cols], dtype=float)  # the evaluator's slack
     rsuf = np.zeros((sg.n_nodes, len(cols)))
     for j in range(len(cols)):
         col = np.where(usable, R[:, j], np.inf)

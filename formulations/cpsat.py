@@ -1,9 +1,11 @@
 """CP-SAT model of the plan space (OR-Tools), the same path flow as the MILP in integers.
 
-Times are scaled to integer nanoseconds and energies to nanojoules (``TIME_RES`` = 1e-9 s,
-``ENERGY_RES`` = 1e-9 J): every arc's cost is rounded to the nearest unit, so a plan of ``k``
-stages may differ from the evaluator by at most ``(k + 1) / 2`` units (``tolerance``).
-Memory is exact (bytes).
+Times and energies are scaled to integer units: at most a nanosecond and a nanojoule
+(``TIME_RES``, ``ENERGY_RES``), and at most ``RELATIVE_RES`` of a typical plan's latency or
+energy (``magnitudes``: the warm start's, else the most any plan can cost), so that millisecond
+and millijoule plans are told apart as finely as second and joule ones. Every arc's cost is
+rounded to the nearest unit, so a plan of ``k`` stages may differ from the evaluator by at most
+``(k + 1) / 2`` units (``tolerance``). Memory is exact (bytes).
 
 ``build_cpsat(sg, objective)`` returns a ``CpsatModel``: ``model`` (the ``CpModel``), ``x``
 (arc -> BoolVar), ``end`` (terminal -> BoolVar), ``memory`` (device -> IntVar), ``latency``,
@@ -28,8 +30,9 @@ from ortools.sat.python import cp_model
 from formulations.additive_caps import arcs_over_caps
 from formulations.stagegraph import StageGraph
 
-TIME_RES = 1e-9  # seconds per unit
-ENERGY_RES = 1e-9  # joules per unit
+TIME_RES = 1e-9  # the largest unit of time: seconds per unit
+ENERGY_RES = 1e-9  # the largest unit of energy: joules per unit
+RELATIVE_RES = 1e-10  # a unit is at most this share of a typical plan's latency or energy
 
 
 @dataclass
@@ -58,9 +61,39 @@ def _units(v: float, res: float) -> int:
     return int(round(v / res))
 
 
-def build_cpsat(sg: StageGraph, objective: str, arcs: list[int] | None = None) -> CpsatModel:
-    """A CP-SAT model of the plan space ``sg`` (restricted to ``arcs`` when given)."""
+def magnitudes(sg: StageGraph, arcs: list[int] | None = None) -> tuple[float, float]:
+    """(seconds, joules): a typical plan's latency and energy, from ``arcs`` (a plan, e.g. the
+    warm start's), else the most any plan of ``sg`` can cost (each layer at its dearest arc)."""
+    if arcs:
+        return sg.path_value(arcs, "latency"), sg.path_value(arcs, "energy")
+    n = len(sg.instance.graph.layers)
+    tau, joules = [0.0] * n, [0.0] * n
+    for arc in sg.arcs:
+        o, width = arc.option, arc.option.last - arc.option.first + 1
+        for lid in range(o.first, o.last + 1):
+            tau[lid] = max(tau[lid], arc.tau / width)
+            joules[lid] = max(joules[lid], arc.energy / width)
+    ends = sg.terminals.values()
+    return (sum(tau) + max((t.gather_s for t in ends), default=0.0),
+            sum(joules) + max((t.energy for t in ends), default=0.0))
+
+
+def _resolution(largest: float, typical: float) -> float:
+    return largest if not typical > 0 else min(largest, RELATIVE_RES * typical)
+
+
+def build_cpsat(sg: StageGraph, objective: str, arcs: list[int] | None = None,
+                typical: tuple[float, float] | None = None) -> CpsatModel:
+    """A CP-SAT model of the plan space ``sg`` (restricted to ``arcs`` when given); ``typical``:
+    a plan's (seconds, joules) that sets the units (default ``magnitudes(sg)``)."""
     inst = sg.instance
+    seconds, joules = typical if typical is not None else magnitudes(sg)
+    for cap in (inst.constraints.latency_s, inst.constraints.period_s):
+        if cap is not None:
+            seconds = max(seconds, float(cap))
+    if inst.constraints.energy_j is not None:
+        joules = max(joules, float(inst.constraints.energy_j))
+    time_res, energy_res = _resolution(TIME_RES, seconds), _resolution(ENERGY_RES, joules)
     n_dev = len(inst.devices)
     n_layers = len(inst.graph.layers)
     arc_ids = list(range(len(sg.arcs))) if arcs is None else list(arcs)
@@ -104,34 +137,34 @@ def build_cpsat(sg: StageGraph, objective: str, arcs: list[int] | None = None) -
             m.Add(mem <= caps[d])
         memory[d] = mem
 
-    latency = (sum(_units(sg.arcs[a].tau, TIME_RES) * x[a] for a in arc_ids)
-               + sum(_units(sg.terminals[t].gather_s, TIME_RES) * end[t] for t in end))
-    energy = (sum(_units(sg.arcs[a].energy, ENERGY_RES) * x[a] for a in arc_ids)
-              + sum(_units(sg.terminals[t].energy, ENERGY_RES) * end[t] for t in end))
+    latency = (sum(_units(sg.arcs[a].tau, time_res) * x[a] for a in arc_ids)
+               + sum(_units(sg.terminals[t].gather_s, time_res) * end[t] for t in end))
+    energy = (sum(_units(sg.arcs[a].energy, energy_res) * x[a] for a in arc_ids)
+              + sum(_units(sg.terminals[t].energy, energy_res) * end[t] for t in end))
     if inst.constraints.latency_s is not None:
-        m.Add(latency <= _units(float(inst.constraints.latency_s), TIME_RES))
+        m.Add(latency <= _units(float(inst.constraints.latency_s), time_res))
     if inst.constraints.energy_j is not None:
-        m.Add(energy <= _units(float(inst.constraints.energy_j), ENERGY_RES))
+        m.Add(energy <= _units(float(inst.constraints.energy_j), energy_res))
 
     period = None
-    scale = 1.0 / TIME_RES
+    scale = 1.0 / time_res
     loads = []  # the period's terms in ns, exactly the evaluator's (see formulations.milp)
     if objective == "period" or inst.constraints.period_s is not None:
         for d in range(n_dev):
-            loads.append(sum(_units(sg.arcs[a].load[d], TIME_RES) * x[a] for a in arc_ids if sg.arcs[a].load[d])
-                         + sum(_units(sg.terminals[t].load[d], TIME_RES) * end[t] for t in end))
+            loads.append(sum(_units(sg.arcs[a].load[d], time_res) * x[a] for a in arc_ids if sg.arcs[a].load[d])
+                         + sum(_units(sg.terminals[t].load[d], time_res) * end[t] for t in end))
         if inst.network.medium == "shared":
-            loads.append(sum(_units(sg.arcs[a].transfer_s, TIME_RES) * x[a] for a in arc_ids)
-                         + sum(_units(sg.terminals[t].gather_s, TIME_RES) * end[t] for t in end))
+            loads.append(sum(_units(sg.arcs[a].transfer_s, time_res) * x[a] for a in arc_ids)
+                         + sum(_units(sg.terminals[t].gather_s, time_res) * end[t] for t in end))
     if inst.constraints.period_s is not None:
-        cap = _units(float(inst.constraints.period_s), TIME_RES)
+        cap = _units(float(inst.constraints.period_s), time_res)
         for expr in loads:
             if not isinstance(expr, int):
                 m.Add(expr <= cap)
     if objective == "period":
-        ub = sum(max((_units(max(sg.arcs[a].load), TIME_RES) for a in covering[l]), default=0)
-                 for l in range(n_layers)) + max((_units(t.gather_s, TIME_RES) for t in sg.terminals.values()), default=0)
-        ub = max(ub, sum(max((_units(sg.arcs[a].transfer_s, TIME_RES) for a in covering[l]), default=0)
+        ub = sum(max((_units(max(sg.arcs[a].load), time_res) for a in covering[l]), default=0)
+                 for l in range(n_layers)) + max((_units(t.gather_s, time_res) for t in sg.terminals.values()), default=0)
+        ub = max(ub, sum(max((_units(sg.arcs[a].transfer_s, time_res) for a in covering[l]), default=0)
                          for l in range(n_layers)) + ub)
         period = m.NewIntVar(0, ub, "period")
         for expr in loads:
@@ -144,7 +177,7 @@ def build_cpsat(sg: StageGraph, objective: str, arcs: list[int] | None = None) -
         scale = 1.0
     elif objective == "energy":
         m.Minimize(energy)
-        scale = 1.0 / ENERGY_RES
+        scale = 1.0 / energy_res
     else:
         m.Minimize(latency)
     return CpsatModel(m, x, end, memory, latency, energy, period, objective, scale, n_layers)

@@ -125,7 +125,7 @@ def solve_cpsat(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, fix_arcs: 
     arcs that survive fixing, hinted with the warm start."""
     from ortools.sat.python import cp_model
 
-    from formulations.cpsat import build_cpsat
+    from formulations.cpsat import build_cpsat, magnitudes
 
     obj = ctx.objective
     cut = cutoff(sg, obj, ws)
@@ -137,7 +137,7 @@ def solve_cpsat(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, fix_arcs: 
     late = _out_of_time(sg, ctx, ws)
     if late is not None:
         return late
-    cm = build_cpsat(sg, obj, arcs=keep)
+    cm = build_cpsat(sg, obj, arcs=keep, typical=magnitudes(sg, list(ws.arcs) if ws.arcs else None))
     if cut is not None and obj == "memory":  # bytes, exact: every device within the cutoff
         for mem in cm.memory.values():
             cm.model.Add(mem <= math.floor(loose(cut)))

@@ -50,6 +50,7 @@ import numpy as np
 
 from formulations.caps import PathArrays, arc_matrix, cap_arrays
 from formulations.stagegraph import StageGraph
+from milp_planner.cost.evaluator import cap_limit
 
 MINMAX = ("period", "memory")
 # thresholds tried, as fractions of the way from the bound to the incumbent (the labels a
@@ -162,7 +163,7 @@ class _Problem:
                 ("latency", inst.constraints.latency_s, [a.tau for a in sg.arcs], [t.gather_s for t in terms]),
                 ("energy", inst.constraints.energy_j, [a.energy for a in sg.arcs], [t.energy for t in terms])):
             if limit is not None:
-                self.limits.append((len(add), float(limit) * (1 + 1e-9)))
+                self.limits.append((len(add), cap_limit(limit)))
                 add.append(np.array(vals, dtype=float))
                 tadd.append(np.array(tvals, dtype=float))
         self.add = np.column_stack(add) if add else np.zeros((n_arcs, 0))

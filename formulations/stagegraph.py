@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from milp_planner.cost.evaluator import EXTERNAL, Pricer, next_owners, price_gather, price_stage, pricer
+from milp_planner.cost.evaluator import EXTERNAL, Pricer, cap_limit, next_owners, price_gather, price_stage, pricer
 from milp_planner.model.graph import last_readers
 from milp_planner.space.geometry import full_region
 from milp_planner.instance import Instance
@@ -777,7 +777,7 @@ class _CapFloors:
         self.memory = mem_caps is not None
         limits = []
         if self.load:
-            limits += [float(load_cap) * (1 + 1e-9) + 1e-12] * n
+            limits += [cap_limit(load_cap)] * n
         self.mem_at = len(limits)
         if self.memory:
             limits += [math.inf if c is None else float(c) for c in mem_caps]

@@ -447,6 +447,25 @@ def evaluate(plan: Plan, instance: Instance, check: bool = True) -> Metrics:
     return evaluate_stages(normalized_stages(plan, instance), instance, reasons)
 
 
+#: a latency, energy or period within this relative slack above its cap meets it (a plan exactly
+#: at a cap, up to the floating-point sums, is feasible; docs/model.md section 4)
+CAP_SLACK = 1e-9
+#: relative: how far a search's own float sum of a plan may lie from the evaluator's
+SUM_NOISE = 1e-12
+
+
+def within_cap(value: float, cap) -> bool:
+    """Whether ``value`` meets ``cap`` (the evaluator's rule)."""
+    return value <= float(cap) * (1 + CAP_SLACK)
+
+
+def cap_limit(cap) -> float:
+    """The largest sum a search may accept under ``cap``: the evaluator's limit, widened by the
+    noise of a float sum taken in another order (never by an absolute amount: a millijoule plan
+    is told apart from its cap as finely as a joule one)."""
+    return float(cap) * (1 + CAP_SLACK) * (1 + SUM_NOISE)
+
+
 def evaluate_stages(stages, instance: Instance, space_reasons=()) -> Metrics:
     """Evaluate already normalized stages (see ``normalized_stages``); no structural checks."""
     pr = _pricer(instance)
@@ -502,11 +521,11 @@ def evaluate_stages(stages, instance: Instance, space_reasons=()) -> Metrics:
             if dev.memory_bytes is not None and memory[dev.name] > dev.memory_bytes:
                 violations.append(
                     f"memory of {dev.name}: {memory[dev.name]} bytes exceed its {dev.memory_bytes} bytes")
-    if c.latency_s is not None and latency > float(c.latency_s) * (1 + 1e-9):
+    if c.latency_s is not None and not within_cap(latency, c.latency_s):
         violations.append(f"latency {latency * 1e3:.6g} ms exceeds the cap {float(c.latency_s) * 1e3:.6g} ms")
-    if c.energy_j is not None and energy > float(c.energy_j) * (1 + 1e-9):
+    if c.energy_j is not None and not within_cap(energy, c.energy_j):
         violations.append(f"energy {energy:.6g} J exceeds the cap {float(c.energy_j):.6g} J")
-    if c.period_s is not None and period > float(c.period_s) * (1 + 1e-9):
+    if c.period_s is not None and not within_cap(period, c.period_s):
         violations.append(f"period {period * 1e3:.6g} ms exceeds the cap {float(c.period_s) * 1e3:.6g} ms")
 
     return Metrics(
