@@ -16,11 +16,14 @@ the devices' ``memory_bytes`` for the memory objective, the largest memory of an
 planner that honours the instance's caps can be used (``milp``, ``cpsat``; ``dp`` certifies a step
 only when its plan happens to meet the caps).
 
-Strictly below: objective values are floats. The next cap is f2 - max(1e-6 * |f2|, 2e-6) for
-seconds and joules (the MILP's feasibility tolerance is 1e-6 absolute, so a smaller step could
-return the same point again), and floor(f2 - max(1, 1e-5 * f2)) bytes for memory (HiGHS's
-integrality tolerance lets a plan pass a memory cap by 1e-6 of its bytes). Two front points whose value differ by
-less than that step are not told apart.
+Strictly below: the next cap is f2 x (1 - ``RESOLUTION``) for seconds and joules (the evaluator
+lets a plan pass a cap by a relative 1e-9, ``milp_planner.cost.evaluator.CAP_SLACK``, so the
+point just found is outside the next step) and f2 - 1 byte for memory (exact). A plan whose f2
+lies in the step's gap (less than ``RESOLUTION`` below a point's) is not looked for: the front
+states its ``resolution``, and ``certified`` means: every plan of the space within the caps is
+weakly dominated by a point of the front once that point's values are lowered by the resolution.
+A step whose solver returns a plan over the cap by the solver's tolerance (a MILP's 1e-6) is
+retried a step lower and the range it skipped is not excluded (the front is then not certified).
 
 Memory: each ε-step runs under the step planner's ``memory_budget`` (option, default 4 GB of
 resident memory; the lexicographic graph steps too). After every step the front drops its
@@ -72,11 +75,10 @@ METRIC_NAMES = {"latency": "latency_s", "energy": "energy_j", "memory": "max_mem
 #: how a point is shown non-dominated (``pareto_front(lexicographic=...)``)
 LEXICOGRAPHIC = ("auto", "steps", "lazy")
 MINMAX_OBJECTIVES = ("memory", "period")
-REL_STEP = 1e-6
-ABS_STEP = 2e-6  # seconds or joules: above the MILP's 1e-6 feasibility tolerance
-# bytes, relative: HiGHS's integrality tolerance (1e-6) lets an arc's x be 1 - 1e-6, so a plan may
-# pass a cap by 1e-6 of its memory (180 bytes at 180 MB, seen on ResNet-101)
-MEMORY_REL_STEP = 1e-5
+#: relative: the next ε-step's cap lies this far below the last point's value (seconds and joules):
+#: twice the evaluator's cap slack, so the point just found is outside it
+RESOLUTION = 2e-9
+MEMORY_STEP = 1  # bytes: memory is exact
 RETRIES = 2  # ε-steps retried with a tighter cap when the solver's plan breaks the cap by its tolerance
 FLOOR_SHARE = 0.2  # of the time left: the one solve that proves f2's least value (``_Run.least``)
 FLOOR_LIMIT_S = 60.0  # its seconds when the front has no time limit
@@ -143,6 +145,7 @@ class ParetoFront:
     reference: list[float] | None = None
     hypervolume: float | None = None
     bound_hypervolume: float | None = None
+    resolution: dict | None = None  # per objective: the steps' resolution (``resolution``)
     elapsed_s: float = 0.0
     solves: int = 0
     message: str = ""
@@ -161,7 +164,8 @@ class ParetoFront:
 
     def to_dict(self) -> dict:
         return {"instance": self.instance, "objectives": self.objectives, "planner": self.planner,
-                "certified": self.certified, "points": [p.to_dict() for p in self.points],
+                "certified": self.certified, "resolution": self.resolution,
+                "points": [p.to_dict() for p in self.points],
                 "hypervolume": self.hypervolume, "reference_point": self.reference,
                 "bound_set": self.bound_set, "bound_hypervolume": self.bound_hypervolume,
                 "hypervolume_gap": self.hypervolume_gap, "elapsed_s": self.elapsed_s, "solves": self.solves,
@@ -174,10 +178,16 @@ def objective_value(metrics: Metrics, objective: str) -> float:
 
 
 def next_cap(objective: str, value: float) -> float:
-    """The largest cap strictly below ``value`` that the solvers tell apart from it."""
+    """The largest cap strictly below ``value`` that the evaluator tells apart from it."""
     if objective == "memory":
-        return float(math.floor(value - max(1.0, MEMORY_REL_STEP * abs(value))))
-    return value - max(REL_STEP * abs(value), ABS_STEP)
+        return float(math.floor(value) - MEMORY_STEP)
+    return value * (1 - RESOLUTION) if value > 0 else value - 1.0  # (no plan has a negative objective)
+
+
+def resolution(objectives) -> dict[str, dict[str, float]]:
+    """Per objective, how far below a front point's value a plan may lie unseen (``certified``
+    holds up to it): ``{"relative": ...}`` or ``{"absolute": ...}`` (bytes)."""
+    return {o: ({"absolute": float(MEMORY_STEP)} if o == "memory" else {"relative": RESOLUTION}) for o in objectives}
 
 
 def capped_instance(instance: Instance, caps: dict[str, float]) -> Instance:
@@ -258,6 +268,7 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
     from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget
     from formulations.certificate import disagreement, finite
     from formulations.milp import build_milp, fresh_highs_threads, objective_unscale, solution_arcs
+    from milp_planner.certificate import Proof, certify
     from formulations.stagegraph import SpaceTooLarge, build_stage_graph
     from milp_planner.planners.base import PlanResult
 
@@ -301,11 +312,12 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
     if disagreement(solver_value, value):
         raise RuntimeError(f"lexicographic step: solver objective {solver_value!r} disagrees with the evaluator's "
                            f"{value!r} (a formulation bug; please report it)")
-    if bound is not None:
-        bound = min(bound, value)
-    optimal = tc == "optimal" or (bound is not None and value - bound <= 1e-6 * max(abs(value), 1e-12))
-    return PlanResult("milp", "optimal" if optimal else "timeout", objective, plan=plan, value=value,
-                      bound=value if optimal else bound, metrics=metrics, info=info,
+    if tc == "optimal" and bound is None:
+        bound = value  # (HiGHS proved it within its gap of 1e-7; no bound reported)
+    cert = certify(value, metrics.feasible, [Proof(bound, "milp")] if bound is not None else [],
+                   stopped=tc != "optimal")
+    return PlanResult("milp", cert.status, objective, plan=plan, value=value, bound=cert.bound,
+                      bound_source=cert.bound_source, metrics=metrics, info=info,
                       solve_time_s=time.perf_counter() - started)
 
 
@@ -319,6 +331,7 @@ def _label_solve(sg, instance: Instance, objective: str, deadline: float | None,
     from formulations.caps import LabelLimit, additive_caps, capped_shortest_path
     from formulations.certificate import disagreement
     from formulations.warmstart import memory_caps
+    from milp_planner.certificate import Proof, certify
     from milp_planner.planners.base import PlanResult
 
     if objective not in CAP_FIELD:
@@ -341,7 +354,9 @@ def _label_solve(sg, instance: Instance, objective: str, deadline: float | None,
     if disagreement(found.value, value):
         raise RuntimeError(f"lexicographic step: label search value {found.value!r} disagrees with the evaluator's "
                            f"{value!r} (a formulation bug; please report it)")
-    return PlanResult("milp", "optimal", objective, plan=plan, value=value, bound=value, metrics=metrics, info=info)
+    cert = certify(value, True, [Proof(found.value, "label search")])  # the exact search's optimum
+    return PlanResult("milp", cert.status, objective, plan=plan, value=value, bound=cert.bound,
+                      bound_source=cert.bound_source, metrics=metrics, info=info)
 
 
 LEX_LABELS = 2_000_000  # labels of the lexicographic step's label search before the MILP takes over
@@ -715,7 +730,7 @@ def pareto_front(instance: Instance, objectives, *, planner: str = "milp", solve
     vectors = [tuple(p.values[o] for o in objs) for p in points]
     ref = list(reference) if reference is not None else reference_point(vectors)
     front = ParetoFront(instance.name, objs, planner if solve is None else "custom", points, certified,
-                        steps=run.steps, reference=ref, solves=run.solves)
+                        steps=run.steps, reference=ref, solves=run.solves, resolution=resolution(objs))
     front.hypervolume = hypervolume(vectors, ref) if ref else None
     if not certified:
         front.bound_set = lower_bound_set(run.steps, objs)
