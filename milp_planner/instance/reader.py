@@ -399,6 +399,23 @@ def _string_list(ctx: _Ctx, key: str, value: Any) -> list[str]:
 # Sections
 
 
+def _input_shapes(ctx: _Ctx, key: str, value: Any) -> dict:
+    """``input_shape:`` a list (the first input) or a mapping input name -> list ([] for a scalar)."""
+    if isinstance(value, dict):
+        if not value:
+            raise ctx.fail(key, "must not be empty")
+        out = {}
+        for name, dims in value.items():
+            if not isinstance(name, str) or not name:
+                raise ctx.fail(key, f"input names must be text (got {_show(name)})")
+            if isinstance(dims, (list, tuple)) and not dims:
+                out[name] = ()
+            else:
+                out[name] = _input_shape(ctx, f"{key}.{name}", dims)
+        return out
+    return {None: _input_shape(ctx, key, value)}
+
+
 def _input_shape(ctx: _Ctx, key: str, value: Any) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or not value:
         raise ctx.fail(key, f"must be a list of positive integers (got {_show(value)})")
@@ -754,10 +771,15 @@ def instance_from_dict(data: Any, source: str, base_dir: Path | None = None, inp
     dtype = int(dtype)
 
     if top.get("input_shape") is not None:
-        file_shape = _input_shape(ctx, "input_shape", top["input_shape"])
+        file_shape = _input_shapes(ctx, "input_shape", top["input_shape"])
     else:
         file_shape = None
-    shape = tuple(input_shape) if input_shape is not None else file_shape
+    from milp_planner.model.onnx import input_shapes
+
+    given = input_shapes(input_shape)  # the command line's, input by input over the file's
+    shape = {**(file_shape or {}), **given} if given is not None else file_shape
+    if shape is not None and list(shape) == [None]:
+        shape = shape[None]  # the first input only: the plain shape
 
     objective = top.get("objective", "latency")
     if objective not in OBJECTIVES:

@@ -32,8 +32,7 @@ class Importer:
         g = model.graph
         init_names = {t.name for t in g.initializer} | {t.values.name for t in g.sparse_initializer}
         self.act_graph_inputs = [vi.name for vi in g.input if vi.name not in init_names]
-        first = self.act_graph_inputs[0] if self.act_graph_inputs else None
-        self.t = Tensors(model, infer_model(model, label, input_shape, first), label)
+        self.t = Tensors(model, infer_model(model, label, input_shape, self.act_graph_inputs), label)
         self.graph_outputs = [o.name for o in g.output]
 
     def run(self) -> LayerGraph:

@@ -84,6 +84,7 @@ def fix_input(vi: onnx.ValueInfoProto, input_shape, label: str) -> None:
             f"the input shape {tuple(input_shape)} has rank {len(input_shape)}"
         )
     tt.ClearField("shape")
+    tt.shape.SetInParent()  # a scalar (rank 0) has a shape with no dims, not an unknown one
     for d in input_shape:
         tt.shape.dim.add().dim_value = int(d)
 
@@ -247,17 +248,25 @@ def fmt_shape(shape) -> str:
 
 
 
-def infer_model(model: onnx.ModelProto, label: str, input_shape, first_input: str | None) -> onnx.ModelProto:
+def infer_model(model: onnx.ModelProto, label: str, input_shapes, act_inputs: list[str]) -> onnx.ModelProto:
     """The skeleton of ``model`` with every shape onnx can infer (in ``value_info``).
 
-    ``input_shape`` (or None) overwrites the dims of the graph input ``first_input``. Value
-    infos recorded in the file are kept only when the input shape is the file's own.
+    ``input_shapes`` (a mapping input name -> shape, ``None`` naming the first of
+    ``act_inputs``, or None) overwrites the dims of those graph inputs. Value infos recorded in
+    the file are kept only when the input shapes are the file's own.
     """
-    sk = skeleton(model, keep_value_info=input_shape is None)
-    if input_shape is not None:
-        if first_input is None:
-            raise PlannerError(f"{label}: the model has no input to give the shape {tuple(input_shape)}")
-        fix_input(next(vi for vi in sk.graph.input if vi.name == first_input), input_shape, label)
+    sk = skeleton(model, keep_value_info=not input_shapes)
+    for key, shape in (input_shapes or {}).items():
+        if key is None:
+            if not act_inputs:
+                raise PlannerError(f"{label}: the model has no input to give the shape {tuple(shape)}")
+            key = act_inputs[0]
+        vi = next((vi for vi in sk.graph.input if vi.name == key), None)
+        if vi is None or key not in act_inputs:
+            known = ", ".join(act_inputs) or "none"
+            raise PlannerError(f"{label}: --input-shape names '{key}', which is not an input of the model "
+                               f"(its inputs: {known})")
+        fix_input(vi, shape, label)
     inferred = infer(sk, label)
     if _unknown_outputs(inferred):
         inferred = fold_and_infer(sk, inferred, label)
