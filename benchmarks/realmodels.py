@@ -27,6 +27,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from dataclasses import dataclass, field
@@ -406,12 +407,119 @@ def make_feeds(path: Path, e: Entry) -> dict:
     return feeds
 
 
+def fleet(path: Path, e: Entry) -> dict:
+    """A small fleet for the model: a slow camera board and two faster boards on gigabit Ethernet."""
+    devices = [{"name": "cam", "compute": {"model": "linear", "macs_per_s": 2.0e9, "overhead_s": 2.0e-5}},
+               {"name": "gpu-a", "compute": {"model": "linear", "macs_per_s": 2.0e10, "overhead_s": 5.0e-5}},
+               {"name": "gpu-b", "compute": {"model": "linear", "macs_per_s": 1.5e10, "overhead_s": 5.0e-5}}]
+    data = {"name": e.name, "model": str(path), "devices": devices,
+            "network": {"bandwidth_mbps": 1000, "latency_ms": 0.05, "source": {"device": "cam"},
+                        "sink": {"device": "cam"}},
+            "search": {"fusion_limit": 2, "max_parts": 3, "splits": ["equal"], "axes": ["rows", "channels"]}}
+    if e.shapes:
+        data["input_shape"] = {k: list(v) for k, v in e.shapes.items()}
+    return data
+
+
+@dataclass
+class Outcome:
+    """One row of the table."""
+
+    name: str
+    kind: str
+    package: str
+    opset: int | str = ""
+    layers: int | None = None
+    macs: int | None = None
+    ref_macs: int | None = None
+    exact: bool | None = None
+    status: str = ""  # "ok" or the first failure (stage: reason)
+    stages: int | None = None
+    split_stages: int | None = None
+    max_err: float | None = None
+    tol: float = FP32_TOL
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def evaluate_model(e: Entry, cache: Path, work: Path, planner: str = "dp", time_limit: float = 5.0,
+                   mpi: bool = True) -> Outcome:
+    """Import (against the independent count), plan, deploy and run one model of the corpus."""
+    import numpy as np
+    import onnx
+
+    from milp_planner.deploy import deploy, execute_sequential, max_abs_err, reference_outputs, run_deployment
+    from milp_planner.deploy.runtime import make_inputs
+    from milp_planner.deploy.manifest import Manifest
+    from milp_planner.errors import PlannerError
+    from milp_planner.instance.reader import instance_from_dict
+    from milp_planner.planners import get_planner
+
+    t0 = time.monotonic()
+    path = model_path(cache, e)
+    out = Outcome(e.name, e.kind, e.package, tol=e.tol)
+    proto = onnx.load(str(path), load_external_data=False)
+    out.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), "")
+    feeds = make_feeds(path, e)
+    try:
+        out.ref_macs = reference_macs(path, feeds)
+    except Exception as ex:  # noqa: BLE001 - recorded in the table
+        out.status = f"reference count: {type(ex).__name__}: {str(ex).splitlines()[0][:120]}"
+    step = "import"
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            inst = instance_from_dict(fleet(path, e), e.name, base_dir=path.parent)
+        g = inst.graph
+        out.layers, out.macs = len(g.layers), g.totals["macs"]
+        out.exact = out.ref_macs is not None and out.macs == out.ref_macs
+        step = "solve"
+        result = get_planner(planner).solve(inst, objective="latency", time_limit=time_limit, threads=1, seed=0)
+        if result.plan is None:
+            raise PlannerError(f"no plan ({result.status})")
+        plan = result.plan
+        out.stages = len(plan.stages)
+        out.split_stages = sum(1 for s in plan.stages if len(s.parts) > 1)
+        step = "deploy"
+        folder = Path(work) / e.name
+        if folder.exists():
+            shutil.rmtree(folder)
+        deploy(inst, plan, folder)
+        step = "run"
+        npz = Path(work) / f"{e.name}.inputs.npz"
+        np.savez(npz, **feeds)
+        if mpi:
+            report = run_deployment(folder, input=npz, repeat=1, check=True, timeout=300)
+            out.max_err = report["max_abs_err"]
+        else:
+            m = Manifest.load(folder)
+            got = execute_sequential(folder, input=npz)
+            out.max_err = max_abs_err(got, reference_outputs(folder, make_inputs(m, npz)))
+        step = "check"
+        if not out.max_err <= e.tol:
+            raise PlannerError(f"max abs error {out.max_err:.3g} above {e.tol:g}")
+        if not out.status:
+            out.status = "ok"
+    except PlannerError as ex:
+        out.status = f"{step}: {ex}"
+    except Exception as ex:  # noqa: BLE001 - recorded in the table
+        out.status = f"{step}: internal error {type(ex).__name__}: {str(ex).splitlines()[0][:200] if str(ex) else ''}"
+    out.seconds = time.monotonic() - t0
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("command", choices=["fetch", "table", "list"])
     p.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     p.add_argument("--out", type=Path, default=RESULTS)
     p.add_argument("--only", help="comma-separated model names")
+    p.add_argument("--in-process", action="store_true", help="run the sub-models in this process (no MPI)")
     args = p.parse_args(argv)
     names = args.only.split(",") if args.only else None
     if args.command == "list":
@@ -422,7 +530,60 @@ def main(argv=None) -> int:
     if args.command == "fetch":
         print(f"models in {args.cache / 'models'}")
         return 0
-    raise SystemExit("table: see below")
+    work = Path(tempfile.mkdtemp(prefix="realmodels-"))
+    rows = []
+    try:
+        for e in CORPUS:
+            if names is not None and e.name not in names:
+                continue
+            r = evaluate_model(e, args.cache, work, mpi=not args.in_process)
+            rows.append(r)
+            err = "-" if r.max_err is None else f"{r.max_err:.3g}"
+            print(f"{r.name:28} opset {r.opset!s:3} exact {r.exact!s:5} stages {r.stages}({r.split_stages}) "
+                  f"err {err:9} {r.seconds:6.1f}s {r.status[:150]}", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if names is None:
+        args.out.write_text(render_table(rows))
+        print(f"wrote {args.out}")
+    return 0
+
+
+def render_table(rows) -> str:
+    import onnx
+    import onnxruntime
+
+    ok = sum(r.ok for r in rows)
+    exact = sum(bool(r.exact) for r in rows)
+    lines = [
+        "# Real models: import, plan, deploy, run",
+        "",
+        "Written by `python benchmarks/realmodels.py table` (the slow test `tests/test_realmodels.py`",
+        "runs the same steps). Each model is imported with the shapes given, its MACs compared with an",
+        "independent count (onnxruntime's shapes of every tensor and the textbook formulas,",
+        "`reference_macs`), planned by `dp` (latency) on a 3-device fleet (a 2 GMAC/s camera board",
+        "that holds the input and gets the outputs, 20 and 15 GMAC/s boards, 1 Gbit/s), deployed, and run",
+        "under MPI with `--check` against onnxruntime's run of the whole model on the same input",
+        "(quantised models: onnxruntime's own quantised run).",
+        "",
+        f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}. {len(rows)} models: import exact "
+        f"(MACs) on {exact}, deploy + run within tolerance on {ok}.",
+        "",
+        "| model | kind | package | opset | layers | MACs | exact | stages (split) | max abs err (tol) | status |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        macs = "-" if r.macs is None else f"{r.macs:,}"
+        if r.macs is not None and r.ref_macs is not None and r.macs != r.ref_macs:
+            macs += f" (ref {r.ref_macs:,})"
+        err = "-" if r.max_err is None else f"{r.max_err:.2g} ({r.tol:g})"
+        st = "-" if r.stages is None else f"{r.stages} ({r.split_stages})"
+        ex = "-" if r.exact is None else ("yes" if r.exact else "**no**")
+        status = r.status.replace("|", "\\|")
+        lines.append(f"| {r.name} | {r.kind} | {r.package} | {r.opset} | {r.layers or '-'} | {macs} | {ex} | {st} | "
+                     f"{err} | {status} |")
+    return "\n".join(lines) + "\n"
+
 
 
 if __name__ == "__main__":

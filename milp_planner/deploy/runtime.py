@@ -43,24 +43,51 @@ def load_session(path: Path):
         raise PlannerError(f"{path}: onnxruntime cannot load it ({str(e).splitlines()[0][:160]})") from None
 
 
+def tensor_dtype(manifest: Manifest, t: str) -> np.dtype:
+    """The element type of tensor ``t`` in the deployment (float32 unless the manifest says otherwise)."""
+    return np.dtype(manifest.notes.get("dtypes", {}).get(t, "float32"))
+
+
+def _read_input(input) -> dict | np.ndarray:
+    if not isinstance(input, (str, Path)):
+        return input if isinstance(input, dict) else np.asarray(input)
+    try:
+        data = np.load(input)
+    except (OSError, ValueError) as e:
+        raise PlannerError(f"{input}: cannot read the input array ({e})") from None
+    if isinstance(data, np.lib.npyio.NpzFile):
+        with data:
+            return {k: data[k] for k in data.files}
+    return data
+
+
 def make_inputs(manifest: Manifest, input=None) -> dict[str, np.ndarray]:
-    """The model inputs: ``input`` (an array or a .npy path) for the first, else seeded normal noise."""
+    """The model inputs: ``input`` (an array or a .npy path: the first input; a mapping or an
+    .npz file: inputs by name), else seeded noise (normal for float inputs, ones for integer
+    ones, e.g. token ids and masks)."""
+    given = _read_input(input) if input is not None else None
+    label = input if isinstance(input, (str, Path)) else "input"
+    if isinstance(given, dict):
+        unknown = sorted(set(given) - set(manifest.inputs))
+        if unknown:
+            raise PlannerError(f"{label}: '{unknown[0]}' is not an input of the model "
+                               f"(its inputs: {', '.join(manifest.inputs)})")
     out = {}
     for k, (t, shape) in enumerate(manifest.inputs.items()):
-        if input is not None and k == 0:
-            if isinstance(input, (str, Path)):
-                try:
-                    arr = np.load(input)
-                except (OSError, ValueError) as e:
-                    raise PlannerError(f"{input}: cannot read the input array ({e})") from None
-            else:
-                arr = np.asarray(input)
-            arr = np.asarray(arr, dtype=np.float32)
+        dtype = tensor_dtype(manifest, t)
+        arr = None
+        if isinstance(given, dict):
+            arr = given.get(t)
+        elif given is not None and k == 0:
+            arr = given
+        if arr is not None:
+            arr = np.asarray(arr, dtype=dtype)
             if tuple(arr.shape) != tuple(shape):
-                raise PlannerError(f"{input if isinstance(input, (str, Path)) else 'input'}: shape "
-                                   f"{tuple(arr.shape)}, the model's input '{t}' has {tuple(shape)}")
+                raise PlannerError(f"{label}: shape {tuple(arr.shape)}, the model's input '{t}' has {tuple(shape)}")
+        elif np.issubdtype(dtype, np.floating):
+            arr = np.random.default_rng(k).standard_normal(shape, dtype=np.float32).astype(dtype)
         else:
-            arr = np.random.default_rng(k).standard_normal(shape, dtype=np.float32)
+            arr = np.ones(shape, dtype=dtype)
         out[t] = arr
     return out
 
@@ -161,7 +188,7 @@ class RankProgram:
 
     def _assemble(self, t: str, need: Region, received) -> np.ndarray:
         shape = self._shape(t)
-        buf = np.empty(region_shape(shape, need), dtype=np.float32)
+        buf = np.empty(region_shape(shape, need), dtype=tensor_dtype(self.manifest, t))
         covered = 0
         own = self.store.get(t)
         if own is not None:

@@ -39,10 +39,18 @@ Decisions where docs/model.md is silent (documented here, relied on by the tests
 * ``ops`` of pure re-layouts is 0: Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Expand,
   DepthToSpace, SpaceToDepth. Data-moving selections (Concat, Split, Slice, Gather, Pad)
   count their output elements like any other op.
-* Multi-output nodes (Split, TopK, ...): the layer's ``output`` is the first output; the
-  consumers of the other outputs read that same tensor (a layer produces one tensor) and its
-  shape is the first output's shape. Folding into such a node is not done when its other
-  outputs are used.
+* Multi-output nodes (Split, TopK, DynamicQuantizeLinear, LSTM, ...): one layer per output
+  that is read (or is a graph output), in output order, each holding its own tensor and shape.
+  The node's MACs, ops and parameters are charged to the layer of its first used output; a
+  layer of another output costs its output elements (a copy). A deployment computes the node
+  once per sub-model that needs any of its outputs.
+* Recurrent ops (LSTM, GRU, RNN, and onnxruntime's DynamicQuantizeLSTM): MACs per step, batch
+  row and direction are gates x hidden x (input + hidden) (the products with W and R; 4, 3 and
+  1 gates); ops are 9 (LSTM), 7 (GRU) or 1 (RNN) per hidden unit and step; parameters are W, R,
+  B (and P). They are one layer, never split.
+* Quantised weight ops (ConvInteger, QLinearConv, MatMulInteger, QLinearMatMul) count as Conv
+  and MatMul on their integer weight; their integer weights (and QLinearConv's bias) are
+  parameters.
 * ``input_shape`` fixes the first graph input that is not an initializer, or any input by
   name (``{name: shape}``; a name the model does not have is an error). A graph output
   that is an ``Identity`` of a layer's output names that layer's output, so

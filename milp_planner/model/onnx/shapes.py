@@ -140,6 +140,39 @@ def _unknown_outputs(inferred: onnx.ModelProto) -> bool:
     return False
 
 
+def eval_node(node: onnx.NodeProto, feeds: dict, opset_imports) -> list:
+    """Run one node on numpy values with the kernels of the model's opsets.
+
+    onnx's ``ReferenceEvaluator(node, opsets=...)`` runs the newest kernel of a bare node (an
+    opset-12 ``Unsqueeze`` with an ``axes`` attribute fails, an opset-9 ``Slice`` is read with
+    the opset-10 inputs), so the node is wrapped in a model that imports the right opsets.
+    """
+    from onnx.reference import ReferenceEvaluator
+
+    ins = [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(np.asarray(feeds[i]).dtype), None)
+           for i in dict.fromkeys(i for i in node.input if i)]
+    outs = [onnx.ValueInfoProto(name=o) for o in node.output if o]
+    graph = helper.make_graph([node], "eval", ins, outs)
+    model = helper.make_model(graph, opset_imports=list(opset_imports))
+    model.ir_version = max(model.ir_version, 8) if model.ir_version else 8
+    inputs = {i: feeds[i] for i in dict.fromkeys(i for i in node.input if i)}
+    try:
+        got = ReferenceEvaluator(model).run(None, inputs)
+    except Exception:
+        # onnx's reference kernels do not cover every version (DequantizeLinear before 19, say):
+        # onnxruntime, when it is installed, runs the node at the model's own opset
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        got = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, inputs)
+    names = [o for o in node.output if o]
+    values = dict(zip(names, got))
+    return [values.get(o) for o in node.output]
+
+
 NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                               "Multinomial", "Bernoulli"})
 
@@ -157,9 +190,7 @@ def fold_and_infer(sk: onnx.ModelProto, inferred: onnx.ModelProto, label: str) -
     data is not in the skeleton.
     """
     from onnx import numpy_helper
-    from onnx.reference import ReferenceEvaluator
 
-    opset = next((o.version for o in sk.opset_import if o.domain in ("", "ai.onnx")), 17)
     for _ in range(4):
         shapes = shape_map(inferred)
         values: dict[str, object] = {}
@@ -193,7 +224,7 @@ def fold_and_infer(sk: onnx.ModelProto, inferred: onnx.ModelProto, label: str) -
                             node, [values[i] for i in ins]):
                         continue
                     feeds = {i: values[i] for i in ins}
-                    outs = ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds)
+                    outs = [v for v in eval_node(node, feeds, sk.opset_import) if v is not None]
                 else:
                     continue
             except Exception:
