@@ -183,10 +183,11 @@ class ModelSource:
     def _infer(self) -> None:
         """Shapes and element types of every tensor, from onnx shape inference on a weightless
         skeleton of the model (the importer's: weight data are never copied for it)."""
-        from milp_planner.model.onnx.shapes import _unknown_outputs, fold_and_infer, infer, skeleton, vi_shape
+        from milp_planner.model.onnx.shapes import (_unknown_outputs, contrib_shapes, fold_and_infer, infer,
+                                                    skeleton, vi_shape)
 
         sk = skeleton(self.model, keep_value_info=False)  # the file's may be for other input dims
-        inferred = infer(sk, "deploy")
+        sk, inferred = contrib_shapes(sk, infer(sk, "deploy"), "deploy")
         if _unknown_outputs(inferred):
             inferred = fold_and_infer(sk, inferred, "deploy")
         shapes, dtypes = {}, {}

@@ -182,6 +182,12 @@ class Importer:
         """Layer ``lid`` from a pending layer; ``final`` maps a tensor to the output of its layer."""
         n = pl.root
         out_shape = self.t.known(pl.out)
+        if out_shape is None and n.standard and n.op in ("If", "Loop", "Scan"):
+            raise PlannerError(
+                f"{self.label}: node '{n.display_name}' ({n.op}): the shape of its output '{pl.out}' "
+                f"({fmt_shape(self.t.shape(pl.out))}) depends on the branch or iteration count taken at run "
+                f"time; {n.op} is supported when its output shapes are static"
+            )
         if out_shape is None:
             raise PlannerError(
                 f"{self.label}: the output '{pl.out}' of node '{n.display_name}' ({n.op}) has "

@@ -299,6 +299,37 @@ def infer_model(model: onnx.ModelProto, label: str, input_shapes, act_inputs: li
                                f"(its inputs: {known})")
         fix_input(vi, shape, label)
     inferred = infer(sk, label)
+    sk, inferred = contrib_shapes(sk, inferred, label)
     if _unknown_outputs(inferred):
         inferred = fold_and_infer(sk, inferred, label)
     return inferred
+
+
+def contrib_shapes(sk: onnx.ModelProto, inferred: onnx.ModelProto, label: str):
+    """Output shapes of onnxruntime's quantised LSTM (``com.microsoft.DynamicQuantizeLSTM``),
+    which onnx's inference does not know: those of an LSTM (Y: seq x directions x batch x
+    hidden, Y_h and Y_c: directions x batch x hidden). Inference then runs again from them."""
+    shapes = shape_map(inferred)
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in list(inferred.graph.input)
+             + list(inferred.graph.value_info) if vi.type.HasField("tensor_type")}
+    extra = []
+    for node in sk.graph.node:
+        if node.domain != "com.microsoft" or node.op_type != "DynamicQuantizeLSTM":
+            continue
+        x = shapes.get(node.input[0])
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if x is None or len(x) != 3 or None in x or "hidden_size" not in attrs:
+            continue
+        dirs = 2 if attrs.get("direction", b"forward") == b"bidirectional" else 1
+        h = int(attrs["hidden_size"])
+        outs = [(x[0], dirs, x[1], h), (dirs, x[1], h), (dirs, x[1], h)]
+        for name, shape in zip(node.output, outs):
+            if name and shapes.get(name) is None:
+                extra.append(helper.make_tensor_value_info(name, types.get(node.input[0], TensorProto.FLOAT),
+                                                           list(shape)))
+    if not extra:
+        return sk, inferred
+    nxt = onnx.ModelProto()
+    nxt.CopyFrom(sk)
+    nxt.graph.value_info.extend(extra)
+    return nxt, infer(nxt, label)
