@@ -47,7 +47,7 @@ MAX_DIM = 1 << 20  # one input dimension
 TOP_KEYS = ("name", "description", "source", "model", "input_shape", "dtype_bytes", "devices",
             "network", "search", "objective", "constraints")
 DEVICE_KEYS = ("name", "profile", "compute", "memory_mb", "power_w", "node")
-COMPUTE_KEYS = ("model", "macs_per_s", "overhead_s", "mem_bytes_per_s", "mem_gbps", "table")
+COMPUTE_KEYS = ("model", "macs_per_s", "overhead_s", "stage_overhead_s", "mem_bytes_per_s", "mem_gbps", "table")
 POWER_KEYS = ("compute", "tx", "rx")
 NETWORK_KEYS = ("bandwidth_mbps", "latency_ms", "medium", "source", "sink")
 ENDPOINT_KEYS = ("device", "bandwidth_mbps", "latency_ms")
@@ -548,6 +548,7 @@ def _compute(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> CostModel:
     macs = c.get("macs_per_s")
     macs = None if macs is None else _number(ctx, f"{key}.macs_per_s", macs, positive=True)
     overhead = _number(ctx, f"{key}.overhead_s", c.get("overhead_s", 0), nonneg=True)
+    stage_overhead = _number(ctx, f"{key}.stage_overhead_s", c.get("stage_overhead_s", 0), nonneg=True)
     if "mem_bytes_per_s" in c and "mem_gbps" in c:
         raise ctx.fail(f"{key}.mem_gbps", "give mem_bytes_per_s or mem_gbps, not both")
     mem = None
@@ -573,7 +574,8 @@ def _compute(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> CostModel:
                 if layer.name not in table:
                     raise ctx.fail(f"{key}.table", f"has no entry for layer {layer.name!r} "
                                                    "(give every layer, or macs_per_s as a fallback)")
-    return CostModel(kind=kind, macs_per_s=macs, overhead_s=overhead, mem_bytes_per_s=mem, table=table,
+    return CostModel(kind=kind, macs_per_s=macs, overhead_s=overhead, stage_overhead_s=stage_overhead,
+                     mem_bytes_per_s=mem, table=table,
                      channel_table=chans)
 
 
