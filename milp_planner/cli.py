@@ -82,9 +82,17 @@ def cmd_evaluate(args) -> int:
     from milp_planner.space.plan import Plan
     from milp_planner.report.terminal import render_metrics
 
+    if args.trace:
+        from milp_planner.io import check_output_path
+
+        check_output_path(args.trace, option="--trace")
     inst = _load_instance(args)
     plan = Plan.load(args.plan)
     metrics = evaluate(plan, inst)
+    if args.trace:
+        from milp_planner.trace import predicted_events, schedule_from_metrics, trace_document, write_trace
+
+        write_trace(args.trace, trace_document(predicted_events(schedule_from_metrics(metrics, inst))))
     if args.json:
         _print_json(metrics.to_dict())
     else:
@@ -247,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("instance")
     s.add_argument("plan")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--trace", metavar="FILE", help="write the predicted schedule as a Chrome trace "
+                                                   "(open in Perfetto or chrome://tracing)")
     s.set_defaults(func=cmd_evaluate)
 
     s = sub.add_parser("show", help="which device computes which rows of which layer, stage by stage")

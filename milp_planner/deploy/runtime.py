@@ -113,6 +113,9 @@ class RankProgram:
     me: str
     store: dict[str, tuple[Region, np.ndarray]] = field(default_factory=dict)
     sessions: dict[str, object] = field(default_factory=dict)
+    # the run being recorded for a timeline (``run --trace``): None, or sends, receipts and
+    # compute spans on time.monotonic() (milp_planner.trace)
+    trace: dict | None = None
 
     def __post_init__(self):
         m = self.manifest
@@ -144,7 +147,18 @@ class RankProgram:
     def send_stage(self, si: int, transport: Transport) -> None:
         for msg in self.sends.get(si, ()):
             region, arr = self.store[msg.tensor]
+            if self.trace is not None:
+                self.trace["sent"][msg.id] = time.monotonic()
             transport.send(msg, take(arr, region, msg.region))
+
+    def _recv(self, msg: MessageSpec, transport: Transport, gather: bool = False) -> np.ndarray:
+        wait = time.monotonic() if self.trace is not None else 0.0
+        arr = transport.recv(msg)
+        if self.trace is not None:
+            self.trace["received"].append({"id": msg.id, "stage": msg.stage, "tensor": msg.tensor, "src": msg.sender,
+                                           "dst": msg.receiver, "bytes": msg.bytes, "wait": wait,
+                                           "end": time.monotonic(), "gather": gather})
+        return arr
 
     def run_stage(self, si: int, transport: Transport) -> StageTiming | None:
         """Receive, assemble and compute this rank's part of stage ``si`` (None: no part)."""
@@ -152,7 +166,7 @@ class RankProgram:
         received = []
         t0 = time.perf_counter()
         for msg in self.recvs.get(si, ()):
-            received.append((msg, transport.recv(msg)))
+            received.append((msg, self._recv(msg, transport)))
         recv_s = time.perf_counter() - t0
         if part is None:
             return None
@@ -166,9 +180,12 @@ class RankProgram:
         if sess is None:
             sess = self.sessions[part.model] = load_session(self.folder / part.model)
         names = [o.name for o in part.outputs]
+        start = time.monotonic() if self.trace is not None else 0.0
         t1 = time.perf_counter()
         outs = sess.run(names, feeds)
         timing.compute_s = time.perf_counter() - t1
+        if self.trace is not None:
+            self.trace["compute"].append({"device": self.me, "stage": si, "start": start, "end": time.monotonic()})
         for o, arr in zip(part.outputs, outs):
             self.store[o.tensor] = (o.region, arr)
         return timing
@@ -179,7 +196,7 @@ class RankProgram:
         self.send_stage(n, transport)
         if self.manifest.sink != self.me:
             return None
-        received = [(msg, transport.recv(msg)) for msg in self.recvs.get(n, ())]
+        received = [(msg, self._recv(msg, transport, gather=True)) for msg in self.recvs.get(n, ())]
         out = {}
         for t, shape in self.manifest.outputs.items():
             full = _full_region(shape)

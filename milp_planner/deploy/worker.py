@@ -114,6 +114,8 @@ def run_rank(args) -> None:
             comm.Barrier()
             transport.link_free = 0.0
             t0 = time.monotonic()
+            if it == args.repeat:  # the last run is recorded for a timeline (run --trace)
+                prog.trace = {"t0": t0, "sent": {}, "received": [], "compute": []}
             prog.start(inputs)
             for si in range(n):
                 prog.send_stage(si, transport)
@@ -135,6 +137,7 @@ def run_rank(args) -> None:
             (results / "outputs.json").write_text(json.dumps(list(outputs)))
         (results / f"rank{rank}.json").write_text(json.dumps({
             "rank": rank, "name": me, "stages": stage_t, "latencies_s": latencies, "gather_s": gathers,
+            "timeline": prog.trace,
         }))
     except BaseException as e:  # one line for the launcher, then end every rank
         line = (str(e).strip().splitlines() or [type(e).__name__])[0]
