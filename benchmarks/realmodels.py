@@ -509,6 +509,7 @@ def evaluate_model(e: Entry, cache: Path, work: Path, planner: str = "dp", time_
         out.status = f"{step}: {ex}"
     except Exception as ex:  # noqa: BLE001 - recorded in the table
         out.status = f"{step}: internal error {type(ex).__name__}: {str(ex).splitlines()[0][:200] if str(ex) else ''}"
+    out.status = out.status.replace(str(path.parent) + "/", "")  # no cache path in the table
     out.seconds = time.monotonic() - t0
     return out
 
