@@ -155,6 +155,8 @@ class StageTable:
                     if not members:
                         continue
                     devices[rows, :k] = np.concatenate([order_array(grp, k) for grp in members])
+                    # layer compute only: a device's stage_overhead_s (price_stage adds it) is left
+                    # out, which only lowers these prices, so the relaxation stays a lower bound
                     comp[rows, :k] = np.concatenate([np.asarray(grp.comp).reshape(-1, k) for grp in members])
                     mask[rows, :k] = 1.0
             else:

@@ -16,7 +16,7 @@ import sys
 import warnings
 
 from milp_planner import __version__
-from milp_planner.cli_args import Parser, SEED, THREADS, TIME_LIMIT, integer, shape
+from milp_planner.cli_args import Parser, SEED, THREADS, TIME_LIMIT, input_shape_map, integer, named_shape
 from milp_planner.errors import PlannerError
 
 
@@ -40,7 +40,7 @@ def cmd_inspect(args) -> int:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ModelWarning)  # the table lists them once
-        graph, dtype_bytes = load_graph_or_instance(args.target, input_shape=args.input_shape)
+        graph, dtype_bytes = load_graph_or_instance(args.target, input_shape=_input_shapes(args))
     if args.json:
         _print_json(inspect_json(graph, dtype_bytes))
     else:
@@ -66,7 +66,15 @@ def cmd_zoo(args) -> int:
 def _load_instance(args):
     from milp_planner.instance import load_instance
 
-    return load_instance(args.instance, input_shape=getattr(args, "input_shape", None))
+    return load_instance(args.instance, input_shape=_input_shapes(args))
+
+
+def _input_shapes(args):
+    """``--input-shape`` (repeated: once per input) as the importer's mapping, or None."""
+    try:
+        return input_shape_map(getattr(args, "input_shape", None))
+    except argparse.ArgumentTypeError as e:
+        raise PlannerError(str(e)) from None
 
 
 def cmd_evaluate(args) -> int:
@@ -74,9 +82,17 @@ def cmd_evaluate(args) -> int:
     from milp_planner.space.plan import Plan
     from milp_planner.report.terminal import render_metrics
 
+    if args.trace:
+        from milp_planner.io import check_output_path
+
+        check_output_path(args.trace, option="--trace")
     inst = _load_instance(args)
     plan = Plan.load(args.plan)
     metrics = evaluate(plan, inst)
+    if args.trace:
+        from milp_planner.trace import predicted_events, schedule_from_metrics, trace_document, write_trace
+
+        write_trace(args.trace, trace_document(predicted_events(schedule_from_metrics(metrics, inst))))
     if args.json:
         _print_json(metrics.to_dict())
     else:
@@ -227,7 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("inspect", help="layers of a model or an instance's model, with MACs and params")
     s.add_argument("target", help="an .onnx file, zoo:NAME[:SIZE], or an instance file")
-    s.add_argument("--input-shape", type=shape, help="fix symbolic input dims, e.g. 1,3,224,224")
+    s.add_argument("--input-shape", type=named_shape, action="append", metavar="[NAME=]SHAPE",
+                   help="fix symbolic input dims, e.g. 1,3,224,224 (the first input) or state=2,1,128; "
+                        "once per input")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     s.set_defaults(func=cmd_inspect)
 
@@ -245,6 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("instance")
     s.add_argument("plan")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--trace", metavar="FILE", help="write the predicted schedule as a Chrome trace "
+                                                   "(open in Perfetto or chrome://tracing)")
     s.set_defaults(func=cmd_evaluate)
 
     s = sub.add_parser("show", help="which device computes which rows of which layer, stage by stage")
@@ -264,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=THREADS, default=1, help="solver threads (>= 1)")
     s.add_argument("--seed", type=SEED, default=0, help="random seed (>= 0)")
     s.add_argument("--option", "-O", action="append", metavar="KEY=VALUE", help="planner option")
-    s.add_argument("--input-shape", type=shape)
+    s.add_argument("--input-shape", type=named_shape, action="append", metavar="[NAME=]SHAPE",
+                   help="fix symbolic input dims: SHAPE for the first input or NAME=SHAPE, once per input")
     s.add_argument("--out", help="write the plan as JSON")
     s.add_argument("--json", action="store_true")
     s.add_argument("--quiet", "-q", action="store_true", help="no progress")

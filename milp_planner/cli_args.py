@@ -45,6 +45,32 @@ def seconds(allow_zero: bool = False):
     return parse
 
 
+def named_shape(text: str) -> tuple[str | None, tuple[int, ...]]:
+    """``SHAPE`` (the first input) or ``NAME=SHAPE`` (any input; ``NAME=`` or ``NAME=()`` for a
+    scalar) -> (name or None, dims). ``--input-shape`` is given once per input."""
+    name, eq, rest = text.rpartition("=")
+    if not eq:
+        return None, shape(text)
+    if not name:
+        raise argparse.ArgumentTypeError(f"--input-shape: {text!r} has no input name before '='")
+    if rest.strip() in ("", "()", "[]"):
+        return name, ()
+    return name, shape(rest)
+
+
+def input_shape_map(values) -> dict | None:
+    """The ``named_shape`` values of a repeated ``--input-shape`` as a mapping (None: not given)."""
+    if not values:
+        return None
+    out: dict = {}
+    for name, dims in values:
+        if name in out:
+            raise argparse.ArgumentTypeError(f"--input-shape: {'input ' + repr(name) if name else 'the first input'} "
+                                             f"is given twice")
+        out[name] = dims
+    return out
+
+
 def shape(text: str) -> tuple[int, ...]:
     """An input shape like ``1,3,224,224`` (or ``1x3x224x224``)."""
     try:

@@ -429,13 +429,15 @@ def test_broadcast_mul_reads_whole_inputs():
     assert scale.rowdep.kind == "none" and not scale.row_splittable
 
 
-def test_split_multi_output_maps_to_first_output():
+def test_split_fan_out_is_one_layer_per_used_output():
     split = helper.make_node("Split", ["x"], ["s0", "s1"], axis=1, name="split")
     nodes = [split, helper.make_node("Relu", ["s0"], ["r0"]), helper.make_node("Relu", ["s1"], ["r1"])]
     g = import_onnx(make_model(nodes, [("x", [1, 4, 6, 6])], ["r0", "r1"], opset=13))
-    sp = g.layers[0]
-    assert sp.output == "s0" and sp.shape == (1, 2, 6, 6) and sp.rowdep.kind == "identity"
-    assert g.layers[1].inputs == ("s0",) and g.layers[2].inputs == ("s0",)
+    assert [(l.output, l.inputs, l.shape, l.folded) for l in g.layers] == [
+        ("r0", ("x",), (1, 2, 6, 6), ("Relu",)), ("r1", ("x",), (1, 2, 6, 6), ("Relu",))]
+    assert all(l.rowdep.kind == "identity" for l in g.layers)
+    # the node's work is its output elements, counted once over its layers
+    assert [l.ops for l in g.layers] == [72, 72] and g.totals["ops"] == 4 * 36
 
 
 # -- shapes, errors, warnings ---------------------------------------------------------------

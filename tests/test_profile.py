@@ -60,10 +60,16 @@ def test_profile_file_loads_as_a_table_device_and_prices_plans(host_file, tmp_pa
     assert set(dev.compute.table) == {layer.name for layer in inst.graph.layers}
     # a channel-splittable conv has its own channel table
     assert "conv2" in dev.compute.channel_table
-    # one device, whole layers: latency = the table's whole-layer times
+    # the measured fixed cost of a run call is the per-stage cost, charged once per stage
+    assert data["compute"]["stage_overhead_s"] > 0
+    ov = float(dev.compute.stage_overhead_s)
+    assert ov == pytest.approx(data["compute"]["stage_overhead_s"])
+    # one device, whole layers: latency = the table's whole-layer times + one overhead per stage
     one = Plan(inst.name, list(Stage(l.id, l.id, "none", (Part("a"),)) for l in inst.graph.layers))
     whole = sum(float(dev.compute.table[l.name][-1][1]) for l in inst.graph.layers)
-    assert evaluate(one, inst).latency_s == pytest.approx(whole, rel=1e-9)
+    assert evaluate(one, inst).latency_s == pytest.approx(whole + len(inst.graph.layers) * ov, rel=1e-9)
+    fused = Plan(inst.name, [Stage(0, len(inst.graph.layers) - 1, "none", (Part("a"),))])
+    assert evaluate(fused, inst).latency_s == pytest.approx(whole + ov, rel=1e-9)
     # two devices on halves of the rows of conv2: each part costs less than the whole layer
     stages = [Stage(l.id, l.id, "none", (Part("a"),)) for l in inst.graph.layers]
     stages[1] = Stage(1, 1, "rows", (Part("a", (0, 16)), Part("b", (16, 32))))

@@ -5,7 +5,8 @@ in total and per device, period and throughput, per-device memory, feasibility a
 per-stage breakdown. Every planner and every exact formulation is judged by this function.
 
 A stage's cost is assembled in one place, ``price_stage`` (and the final gather in
-``price_gather``): the evaluator prices every stage through it, and so do the exact engine's
+``price_gather``), the per-stage fixed cost ``stage_overhead_s`` of a device included: the
+evaluator prices every stage through it, and so do the exact engine's
 arcs (``formulations.stagegraph``), the heuristics' simulator (``planners.common.Sim``) and
 DistrEdge, each passing in what it has precomputed (compute seconds, weight and computed
 bytes per part). ``Pricer`` holds the cached per-instance numbers under them.
@@ -169,6 +170,8 @@ class Pricer:
             self._io[layer.id] = (io * dt, layer.params * dt)
         self._unit = {}
         net = instance.network
+        #: seconds charged once to each device for each stage in which it computes a part
+        self.stage_overhead = tuple(float(d.compute.stage_overhead_s) for d in instance.devices)
         #: (compute, tx, rx) watts of each device, as floats
         self.power = tuple((float(d.power.compute_w), float(d.power.tx_w), float(d.power.rx_w))
                            for d in instance.devices)
@@ -311,7 +314,9 @@ def price_stage(pr: Pricer, owners: Owners, last: int, devices: Sequence[int], g
     ``geos[i]`` (from ``pr.geometry.parts``). What a caller has precomputed per part is
     passed in: ``comp`` (compute seconds on its device, ``pr.compute_time``), ``weights``
     (weight bytes, ``pr.weight_bytes`` summed) and ``computed`` (``pr.computed_bytes``); left
-    ``None`` they are computed here. ``owners`` must hold only tensors live at the stage (a
+    ``None`` they are computed here; either way each device's ``stage_overhead_s`` is added
+    here, once, when its part computes anything (lower bounds elsewhere may leave it out: it
+    only adds cost). ``owners`` must hold only tensors live at the stage (a
     previous ``StagePrice.owners`` or ``initial_owners``). ``memory=False`` skips the weights
     and working sets (latency, energy and period do not need them); ``detail=True`` lists every
     message.
@@ -337,9 +342,12 @@ def price_stage(pr: Pricer, owners: Owners, last: int, devices: Sequence[int], g
             for o, region in lst:
                 if o >= 0:
                     ws[o] += region.cells * u
+    stage_overhead = pr.stage_overhead
     for i, d in enumerate(devices):
         part = geos[i]
         c = comp[i] if comp is not None else pr.part_time(d, part)
+        if stage_overhead[d] and any(f > 0 for f in part.fraction.values()):
+            c += stage_overhead[d]  # once per stage in which d computes a part (docs/model.md section 4)
         compute[d] = c
         if wts is not None:
             wts[d] = weights[i] if weights is not None else sum(pr.weight_bytes(part, part.axis).values())

@@ -24,7 +24,9 @@ Why the bounds hold (docs/model.md section 4):
   segment). Where a layer may be priced from two tables (rows, channels) or fall back to
   ``macs_per_s``, g is the minimum of the candidates. g is concave in f, so for weights
   ``w_d >= 0`` the least of ``sum_d w_d g_d(f_d)`` over ``sum_d f_d >= m`` is reached on one
-  device: ``min_d w_d g_d(m)``. Communication is left out (it only adds).
+  device: ``min_d w_d g_d(m)``. Communication is left out (it only adds), and so is each
+  device's per-stage cost ``stage_overhead_s`` (charged by ``evaluator.price_stage``; it is
+  >= 0 and only adds to a stage's compute, so every bound here stays a lower bound).
 - *Latency.* A stage lasts at least every device's compute in it, so for any weights w of sum
   <= 1 over any ``max_parts`` devices (``topk(w) <= 1``), ``tau(s) >= sum_d w_d compute(s, d)``.
   Summed over stages: ``latency >= sum_l min_d w_d g_d(m_l) / topk(w)`` (**fluid**: the work

@@ -158,7 +158,9 @@ class _FlowLP:
                 continue
             for d in range(n_dev):
                 fl = times[d][layer.id]
-                slope = max(fl.overhead, 0.0) + fl.slope  # the chord: o + a c >= (o + a) c on [0, 1]
+                # the chord: o + a c >= (o + a) c on [0, 1]; the per-stage stage_overhead_s is left
+                # out (it only adds cost, so the LP stays a lower bound)
+                slope = max(fl.overhead, 0.0) + fl.slope
                 c[layer.id, d] = new_col("compute", d, slope, float(power[d]) * slope)
                 self.affine[c[layer.id, d]] = (max(fl.overhead, 0.0), max(fl.slope, 0.0))
         A_rows: list[dict[int, float]] = []

@@ -27,7 +27,7 @@ from milp_planner.space.plan import Plan, check_plan
 from milp_planner.deploy.manifest import EXTERNAL_NAME, Manifest, MessageSpec, PartSpec, Slice, StageSpec
 from milp_planner.deploy.regions import intersect
 from milp_planner.deploy.source import ModelSource, load_model
-from milp_planner.deploy.submodel import build_submodel
+from milp_planner.deploy.submodel import build_submodel, check_loadable, numpy_dtype_names
 
 FLOAT_BYTES = 4
 
@@ -92,6 +92,7 @@ def deploy(instance: Instance, plan: Plan, out_dir) -> Path:
                 sub = build_submodel(source, first, last, axis, part, tag)
                 rel = Path(_safe(names[d])) / f"stage{si:03d}.onnx"
                 files[rel] = sub.model.SerializeToString()
+                check_loadable(files[rel], f"stage {si} on {names[d]} ({rel.as_posix()})")
                 model_file = rel.as_posix()
                 ins = tuple(Slice(p.tensor, p.region.rows, p.region.chans, p.name) for p in sub.inputs)
                 outs = tuple(Slice(p.tensor, p.region.rows, p.region.chans, p.name) for p in sub.outputs)
@@ -125,7 +126,8 @@ def deploy(instance: Instance, plan: Plan, out_dir) -> Path:
         reference_model="reference.onnx", stages=stage_specs, messages=msgs,
         predicted_latency_s=metrics.latency_s, predicted_gather_s=metrics.gather_s,
         notes={"dtype": "float32", "instance_dtype_bytes": instance.dtype_bytes,
-               "medium": net.medium, "plan": plan.to_dict()},
+               "medium": net.medium, "plan": plan.to_dict(),
+               "dtypes": numpy_dtype_names(source, [*g.inputs, *(l.output for l in g.layers)])},
         shapes={**{t: list(s) for t, s in g.inputs.items()}, **{l.output: list(l.shape) for l in g.layers}},
     )
 

@@ -30,10 +30,22 @@ def cmd_deploy(args) -> int:
 def cmd_run(args) -> int:
     from milp_planner.deploy import run_deployment
 
+    if args.trace:
+        from milp_planner.io import check_output_path
+
+        check_output_path(args.trace, option="--trace")
     report = run_deployment(args.folder, input=args.input, repeat=args.repeat, check=args.check,
                             emulate_network=args.emulate_network, timeout=args.timeout)
+    if args.trace:
+        from milp_planner.deploy.manifest import Manifest
+        from milp_planner.trace import (measured_events, predicted_events, schedule_from_manifest,
+                                        trace_document, write_trace)
+
+        m = Manifest.load(args.folder)
+        write_trace(args.trace, trace_document(predicted_events(schedule_from_manifest(m)),
+                                               measured_events(report["timeline"])))
     if args.json:
-        print(json.dumps(report, indent=1))
+        print(json.dumps({k: v for k, v in report.items() if k != "timeline"}, indent=1))
         return 0
     ms = 1e3
     print("ranks: " + ", ".join(f"{r}={name}" for name, r in sorted(report["ranks"].items(), key=lambda x: x[1])))
@@ -50,6 +62,8 @@ def cmd_run(args) -> int:
                   f"{d['recv_s'] * ms:>9.3f} {d['predicted_recv_s'] * ms:>9.3f}")
     g = report["gather"]
     print(f"gather: measured {g['measured_s'] * ms:.3f} ms, predicted {g['predicted_s'] * ms:.3f} ms")
+    if args.trace:
+        print(f"timelines written to {args.trace} (open it in Perfetto or chrome://tracing)")
     return 0
 
 
@@ -63,7 +77,10 @@ def add_deploy_parsers(sub) -> None:
 
     s = sub.add_parser("run", help="run a deployment with one MPI rank per device on this machine")
     s.add_argument("folder", help="a folder written by deploy")
-    s.add_argument("--input", help="a .npy file with the model input (default: seeded noise)")
+    s.add_argument("--input", help="a .npy file with the first input, or an .npz file with inputs by name "
+                                   "(default: seeded noise; ones for integer inputs)")
+    s.add_argument("--trace", metavar="FILE", help="write the predicted and the measured (last run) timelines "
+                                                   "as a Chrome trace (open in Perfetto or chrome://tracing)")
     s.add_argument("--repeat", type=COUNT, default=5, help="timed runs after one warm-up (default 5)")
     s.add_argument("--check", action="store_true", help="compare the outputs with the unsplit model")
     s.add_argument("--emulate-network", action="store_true",

@@ -154,6 +154,21 @@ def _errors(results: Path, names: list[str]) -> list[str]:
     return out
 
 
+def _timeline(per_rank: dict) -> dict:
+    """The last timed run of every rank on one clock: seconds from the earliest rank's start
+    (the ranks leave the same barrier), for ``milp_planner.trace.measured_events``."""
+    recs = {name: r.get("timeline") for name, r in per_rank.items() if r.get("timeline")}
+    if not recs:
+        return {}
+    t0 = min(r["t0"] for r in recs.values())
+    out = {"devices": list(per_rank), "sent": {}, "received": [], "compute": []}
+    for r in recs.values():
+        out["sent"].update({str(k): v - t0 for k, v in r["sent"].items()})
+        out["received"] += [{**e, "wait": e["wait"] - t0, "end": e["end"] - t0} for e in r["received"]]
+        out["compute"] += [{**e, "start": e["start"] - t0, "end": e["end"] - t0} for e in r["compute"]]
+    return out
+
+
 def _report(m: Manifest, results: Path, repeat: int, emulate: bool, mpiexec: str, wall: float) -> dict:
     per_rank = {}
     for r, name in enumerate(m.rank_names()):
@@ -176,6 +191,7 @@ def _report(m: Manifest, results: Path, repeat: int, emulate: bool, mpiexec: str
                           "predicted_tau_s": s.predicted_tau_s, "devices": devices})
     return {
         "max_abs_err": None,
+        "timeline": _timeline(per_rank),
         "measured_latency_s": _median(sink["latencies_s"]),
         "latencies_s": sink["latencies_s"],
         "predicted_latency_s": m.predicted_latency_s,

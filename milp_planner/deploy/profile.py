@@ -123,7 +123,9 @@ class HostProfile:
                 table[lp.name] = {"rows": rows, "channels": chans}
             else:  # one axis measured: the layer's only table
                 table[lp.name] = rows or chans
-        compute: dict = {"model": "table", "table": table}
+        compute: dict = {"model": "table", "table": table,
+                         # the fixed cost of running one stage (docs/model.md section 4): one run call
+                         "stage_overhead_s": _sec_out(self.run_overhead_s)}
         if self.fallback_macs_per_s is not None:
             compute["macs_per_s"] = float(f"{self.fallback_macs_per_s:.4g}")
         s = self.settings
@@ -133,7 +135,8 @@ class HostProfile:
             f"{s.repeats} runs ({'CPU time of the running thread' if s.clock == 'cpu' else 'wall time'}); requested fractions {', '.join(f'{f:g}' for f in s.fractions)} "
             f"(rows: round(f x H) output rows from the middle of the map, halo included; channels: "
             f"round(f x C) output channels); the fixed cost of one run call "
-            f"({self.run_overhead_s * 1e6:.1f} us) is subtracted; points made non-decreasing (a running "
+            f"({self.run_overhead_s * 1e6:.1f} us) is subtracted from every point and charged once per stage "
+            f"instead (stage_overhead_s); points made non-decreasing (a running "
             f"minimum from the whole layer down)."
         )
         if self.context_total_s is not None:

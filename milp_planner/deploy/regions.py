@@ -45,7 +45,8 @@ def intersect(a: Region, b: Region) -> Region | None:
 
 def take(array: np.ndarray, held: Region, region: Region) -> np.ndarray:
     """The part ``region`` of ``array``, which holds ``held`` of its tensor (a contiguous copy)."""
-    return np.ascontiguousarray(array[region_index(array.ndim, region, held)])
+    part = array[region_index(array.ndim, region, held)]
+    return np.require(part, requirements="C")  # a 0-d scalar stays 0-d (ascontiguousarray makes it 1-d)
 
 
 def put(dest: np.ndarray, dest_region: Region, src: np.ndarray, src_region: Region) -> None:

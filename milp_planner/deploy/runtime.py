@@ -43,24 +43,51 @@ def load_session(path: Path):
         raise PlannerError(f"{path}: onnxruntime cannot load it ({str(e).splitlines()[0][:160]})") from None
 
 
+def tensor_dtype(manifest: Manifest, t: str) -> np.dtype:
+    """The element type of tensor ``t`` in the deployment (float32 unless the manifest says otherwise)."""
+    return np.dtype(manifest.notes.get("dtypes", {}).get(t, "float32"))
+
+
+def _read_input(input) -> dict | np.ndarray:
+    if not isinstance(input, (str, Path)):
+        return input if isinstance(input, dict) else np.asarray(input)
+    try:
+        data = np.load(input)
+    except (OSError, ValueError) as e:
+        raise PlannerError(f"{input}: cannot read the input array ({e})") from None
+    if isinstance(data, np.lib.npyio.NpzFile):
+        with data:
+            return {k: data[k] for k in data.files}
+    return data
+
+
 def make_inputs(manifest: Manifest, input=None) -> dict[str, np.ndarray]:
-    """The model inputs: ``input`` (an array or a .npy path) for the first, else seeded normal noise."""
+    """The model inputs: ``input`` (an array or a .npy path: the first input; a mapping or an
+    .npz file: inputs by name), else seeded noise (normal for float inputs, ones for integer
+    ones, e.g. token ids and masks)."""
+    given = _read_input(input) if input is not None else None
+    label = input if isinstance(input, (str, Path)) else "input"
+    if isinstance(given, dict):
+        unknown = sorted(set(given) - set(manifest.inputs))
+        if unknown:
+            raise PlannerError(f"{label}: '{unknown[0]}' is not an input of the model "
+                               f"(its inputs: {', '.join(manifest.inputs)})")
     out = {}
     for k, (t, shape) in enumerate(manifest.inputs.items()):
-        if input is not None and k == 0:
-            if isinstance(input, (str, Path)):
-                try:
-                    arr = np.load(input)
-                except (OSError, ValueError) as e:
-                    raise PlannerError(f"{input}: cannot read the input array ({e})") from None
-            else:
-                arr = np.asarray(input)
-            arr = np.asarray(arr, dtype=np.float32)
+        dtype = tensor_dtype(manifest, t)
+        arr = None
+        if isinstance(given, dict):
+            arr = given.get(t)
+        elif given is not None and k == 0:
+            arr = given
+        if arr is not None:
+            arr = np.asarray(arr, dtype=dtype)
             if tuple(arr.shape) != tuple(shape):
-                raise PlannerError(f"{input if isinstance(input, (str, Path)) else 'input'}: shape "
-                                   f"{tuple(arr.shape)}, the model's input '{t}' has {tuple(shape)}")
+                raise PlannerError(f"{label}: shape {tuple(arr.shape)}, the model's input '{t}' has {tuple(shape)}")
+        elif np.issubdtype(dtype, np.floating):
+            arr = np.random.default_rng(k).standard_normal(shape, dtype=np.float32).astype(dtype)
         else:
-            arr = np.random.default_rng(k).standard_normal(shape, dtype=np.float32)
+            arr = np.ones(shape, dtype=dtype)
         out[t] = arr
     return out
 
@@ -86,6 +113,9 @@ class RankProgram:
     me: str
     store: dict[str, tuple[Region, np.ndarray]] = field(default_factory=dict)
     sessions: dict[str, object] = field(default_factory=dict)
+    # the run being recorded for a timeline (``run --trace``): None, or sends, receipts and
+    # compute spans on time.monotonic() (milp_planner.trace)
+    trace: dict | None = None
 
     def __post_init__(self):
         m = self.manifest
@@ -117,7 +147,18 @@ class RankProgram:
     def send_stage(self, si: int, transport: Transport) -> None:
         for msg in self.sends.get(si, ()):
             region, arr = self.store[msg.tensor]
+            if self.trace is not None:
+                self.trace["sent"][msg.id] = time.monotonic()
             transport.send(msg, take(arr, region, msg.region))
+
+    def _recv(self, msg: MessageSpec, transport: Transport, gather: bool = False) -> np.ndarray:
+        wait = time.monotonic() if self.trace is not None else 0.0
+        arr = transport.recv(msg)
+        if self.trace is not None:
+            self.trace["received"].append({"id": msg.id, "stage": msg.stage, "tensor": msg.tensor, "src": msg.sender,
+                                           "dst": msg.receiver, "bytes": msg.bytes, "wait": wait,
+                                           "end": time.monotonic(), "gather": gather})
+        return arr
 
     def run_stage(self, si: int, transport: Transport) -> StageTiming | None:
         """Receive, assemble and compute this rank's part of stage ``si`` (None: no part)."""
@@ -125,7 +166,7 @@ class RankProgram:
         received = []
         t0 = time.perf_counter()
         for msg in self.recvs.get(si, ()):
-            received.append((msg, transport.recv(msg)))
+            received.append((msg, self._recv(msg, transport)))
         recv_s = time.perf_counter() - t0
         if part is None:
             return None
@@ -139,9 +180,12 @@ class RankProgram:
         if sess is None:
             sess = self.sessions[part.model] = load_session(self.folder / part.model)
         names = [o.name for o in part.outputs]
+        start = time.monotonic() if self.trace is not None else 0.0
         t1 = time.perf_counter()
         outs = sess.run(names, feeds)
         timing.compute_s = time.perf_counter() - t1
+        if self.trace is not None:
+            self.trace["compute"].append({"device": self.me, "stage": si, "start": start, "end": time.monotonic()})
         for o, arr in zip(part.outputs, outs):
             self.store[o.tensor] = (o.region, arr)
         return timing
@@ -152,7 +196,7 @@ class RankProgram:
         self.send_stage(n, transport)
         if self.manifest.sink != self.me:
             return None
-        received = [(msg, transport.recv(msg)) for msg in self.recvs.get(n, ())]
+        received = [(msg, self._recv(msg, transport, gather=True)) for msg in self.recvs.get(n, ())]
         out = {}
         for t, shape in self.manifest.outputs.items():
             full = _full_region(shape)
@@ -161,7 +205,7 @@ class RankProgram:
 
     def _assemble(self, t: str, need: Region, received) -> np.ndarray:
         shape = self._shape(t)
-        buf = np.empty(region_shape(shape, need), dtype=np.float32)
+        buf = np.empty(region_shape(shape, need), dtype=tensor_dtype(self.manifest, t))
         covered = 0
         own = self.store.get(t)
         if own is not None:

@@ -38,10 +38,29 @@ class LayerNodes:
     consts: set[str] = field(default_factory=set)  # constant tensor names read by the nodes
 
     @property
+    def prefix(self) -> dict[str, onnx.NodeProto]:
+        """DequantizeLinear nodes reading an input, by their output: the front of a QDQ group
+        (``DequantizeLinear -> Conv -> QuantizeLinear``), which the importer keeps in this layer."""
+        return {n.output[0]: n for n in self.nodes
+                if n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx") and n.input[0] in self.act}
+
+    @property
+    def front(self) -> dict[str, str]:
+        """``act`` plus the outputs of the ``prefix`` nodes, each mapped to the layer input it holds."""
+        out = dict(self.act)
+        for o, n in self.prefix.items():
+            out[o] = self.act[n.input[0]]
+        return out
+
+    @property
     def root(self) -> onnx.NodeProto:
-        """The first node reading an activation input (the Conv of Conv -> BN -> Relu)."""
+        """The first node reading an activation input (the Conv of Conv -> BN -> Relu; the Conv of
+        DequantizeLinear -> Conv -> QuantizeLinear)."""
+        front, prefix = self.front, self.prefix
         for n in self.nodes:
-            if any(i in self.act for i in n.input):
+            if n.output and n.output[0] in prefix:
+                continue
+            if any(i in front for i in n.input):
                 return n
         return self.nodes[0]
 
@@ -77,6 +96,15 @@ def load_model(instance) -> onnx.ModelProto:
     return model
 
 
+def _outer_reads(n: onnx.NodeProto) -> list[str]:
+    """Tensors of the enclosing graph read inside the node's subgraphs (If / Loop / Scan bodies)."""
+    if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+        return []
+    from milp_planner.model.onnx.nodes import subgraph_inputs
+
+    return subgraph_inputs(n)
+
+
 class ModelSource:
     """Original nodes and constant values of ``model``, which ``graph`` was imported from."""
 
@@ -102,6 +130,7 @@ class ModelSource:
         for layer in graph.layers:
             self._roots[self.resolve(layer.output)] = layer.output
         self._layer_nodes: dict[int, LayerNodes] = {}
+        self._dtypes: dict[str, int] | None = None
 
     def resolve(self, t: str) -> str:
         """Follow Identity/Dropout copies back to the tensor they copy."""
@@ -131,7 +160,7 @@ class ModelSource:
             if n is None:
                 raise PlannerError(f"layer {lid} ({layer.name}): tensor '{t}' has no producer in the model")
             nodes[id(n)] = n
-            for i in n.input:
+            for i in list(n.input) + _outer_reads(n):
                 if not i:
                     continue
                 if i in self.const:
@@ -145,25 +174,51 @@ class ModelSource:
         ordered = sorted(nodes.values(), key=lambda n: self.order[id(n)])
         missing = set(layer.inputs) - set(act.values())
         if missing:
-            raise PlannerError(f"layer {lid} ({layer.name}): input '{sorted(missing)[0]}' not found among its nodes")
+            raise PlannerError(f"layer {lid} ({layer.name}): input '{sorted(missing)[0]}' is not read by the "
+                               f"model's nodes of this layer ({', '.join(sorted({n.op_type for n in nodes.values()}))})")
         hit = self._layer_nodes[lid] = LayerNodes(ordered, act, value, consts)
         return hit
 
     # -- constants ----------------------------------------------------------------------------
+    def _infer(self) -> None:
+        """Shapes and element types of every tensor, from onnx shape inference on a weightless
+        skeleton of the model (the importer's: weight data are never copied for it)."""
+        from milp_planner.model.onnx.shapes import (_unknown_outputs, contrib_shapes, fold_and_infer, infer,
+                                                    skeleton, vi_shape)
+
+        sk = skeleton(self.model, keep_value_info=False)  # the file's may be for other input dims
+        sk, inferred = contrib_shapes(sk, infer(sk, "deploy"), "deploy")
+        if _unknown_outputs(inferred):
+            inferred = fold_and_infer(sk, inferred, "deploy")
+        shapes, dtypes = {}, {}
+        for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+            shape, et = vi_shape(vi)
+            if shape is not None and None not in shape:
+                shapes[vi.name] = tuple(shape)
+            if et:
+                dtypes[vi.name] = et
+        for t in inferred.graph.initializer:  # values folded for inference (shapes.fold_and_infer)
+            shapes.setdefault(t.name, tuple(t.dims))
+            dtypes.setdefault(t.name, t.data_type)
+        for t in self.model.graph.initializer:
+            dtypes[t.name] = t.data_type
+        for t in self.graph.inputs:
+            shapes[t] = tuple(self.graph.inputs[t])
+        for layer in self.graph.layers:
+            shapes.setdefault(layer.output, layer.shape)
+        self._shapes, self._dtypes = shapes, dtypes
+
     def shapes(self) -> dict[str, tuple]:
         if self._shapes is None:
-            inferred = onnx.shape_inference.infer_shapes(self.model, strict_mode=False)
-            out = {}
-            for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
-                tt = vi.type.tensor_type
-                if tt.HasField("shape"):
-                    out[vi.name] = tuple(d.dim_value for d in tt.shape.dim)
-            for t in self.graph.inputs:
-                out[t] = tuple(self.graph.inputs[t])
-            for layer in self.graph.layers:
-                out.setdefault(layer.output, layer.shape)
-            self._shapes = out
+            self._infer()
         return self._shapes
+
+    def elem_type(self, t: str) -> int:
+        """The ONNX element type of graph tensor ``t`` (FLOAT when inference does not say)."""
+        if self._dtypes is None:
+            self._infer()
+        et = self._dtypes.get(t) or self._dtypes.get(self.resolve(t))
+        return et or onnx.TensorProto.FLOAT
 
     def value(self, t: str) -> np.ndarray:
         """The value of constant tensor ``t``."""
@@ -186,12 +241,17 @@ class ModelSource:
                     a = {x.name: x.i for x in n.attribute}
                     v = np.array(shape[a.get("start", 0):a.get("end", len(shape))], dtype=np.int64)
             else:
-                from onnx.reference import ReferenceEvaluator
+                from milp_planner.model.onnx.shapes import eval_node
 
                 feeds = {i: self.value(i) for i in n.input if i}
-                outs = ReferenceEvaluator(n, opsets={"": self.opset}).run(None, feeds)
+                try:
+                    outs = eval_node(n, feeds, self.model.opset_import)
+                except Exception as e:  # noqa: BLE001 - an operator the reference kernels lack, say
+                    raise PlannerError(f"node '{n.name or n.output[0]}' ({n.op_type}, opset {self.opset}): cannot "
+                                       f"evaluate this constant ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+                                       ) from None
                 for name, val in zip(n.output, outs):
-                    if name:
+                    if name and val is not None:
                         self._values[name] = np.asarray(val)
                 v = self._values[t]
         v = np.asarray(v)

@@ -66,13 +66,16 @@ def _attrs(node: onnx.NodeProto) -> dict:
 
 
 class _Graph:
-    """The sub-model under construction."""
+    """The sub-model under construction; the nodes it makes itself (Slice, Pad, Resize) take the
+    form of the model's own opset ``opset`` (an opset-9 Slice has attributes, not inputs)."""
 
-    def __init__(self, prefix: str):
+    def __init__(self, prefix: str, opset: int = 17):
         self.prefix = prefix
+        self.opset = opset
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[TensorProto] = []
         self.count = 0
+        self.slices: dict[tuple, str] = {}  # (value, axis, start, stop) -> the slice already made
 
     def fresh(self, base: str) -> str:
         self.count += 1
@@ -80,8 +83,12 @@ class _Graph:
 
     def const(self, base: str, value) -> str:
         name = self.fresh(base)
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        self.named_const(name, value)
         return name
+
+    def named_const(self, name: str, value) -> None:
+        """An initializer ``name`` holding ``value`` as it is (a 0-d scalar stays 0-d)."""
+        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
 
     def node(self, op: str, inputs: list[str], base: str, **attrs) -> str:
         out = self.fresh(base)
@@ -92,9 +99,34 @@ class _Graph:
         """Elements [start, stop) along ``axis`` of ``x`` (which has ``length`` there)."""
         if start == 0 and stop == length:
             return x
+        hit = self.slices.get((x, axis, start, stop))
+        if hit is not None:
+            return hit
+        self.slices[(x, axis, start, stop)] = out = self._slice(x, axis, start, stop)
+        return out
+
+    def _slice(self, x: str, axis: int, start: int, stop: int) -> str:
+        base = f"{x.split('#')[0]}.slice"
+        if self.opset < 10:
+            return self.node("Slice", [x], base, starts=[start], ends=[stop], axes=[axis])
         return self.node("Slice", [x, self.const("starts", np.array([start], np.int64)),
                                    self.const("ends", np.array([stop], np.int64)),
-                                   self.const("axes", np.array([axis], np.int64))], f"{x.split('#')[0]}.slice")
+                                   self.const("axes", np.array([axis], np.int64))], base)
+
+    def pad(self, x: str, pads: list[int], base: str) -> str:
+        """``x`` zero-padded by ``pads`` (begins then ends, every axis)."""
+        if self.opset < 11:
+            return self.node("Pad", [x], base, pads=[int(p) for p in pads], mode="constant")
+        return self.node("Pad", [x, self.const("pads", np.array(pads, np.int64))], base)
+
+    def resize_inputs(self, x: str, scales: str) -> list[str]:
+        """The inputs of a Resize by ``scales`` in the opset's form: (X, scales) at 10, (X, roi,
+        scales) at 11-12, where roi is required (an empty tensor), (X, '', scales) from 13."""
+        if self.opset < 11:
+            return [x, scales]
+        if self.opset < 13:
+            return [x, self.const("roi", np.zeros(0, np.float32)), scales]
+        return [x, "", scales]
 
 
 class _Builder:
@@ -102,8 +134,11 @@ class _Builder:
         self.src = source
         self.graph = source.graph
         self.first, self.last, self.axis, self.part = first, last, axis, part
-        self.g = _Graph(tag)
+        self.g = _Graph(tag, source.opset)
         self.local: dict[str, _Local] = {}
+        self.emitted: dict[tuple, dict[str, str]] = {}  # (node, its inputs) -> its renamed outputs
+        self.bound: set[str] = set()  # outer-scope names bound for subgraphs
+        self.dequantized: dict[str, str] = {}  # quantised weight -> its DequantizeLinear output here
 
     # -- values ------------------------------------------------------------------------------
     def rank(self, t: str) -> int:
@@ -133,6 +168,7 @@ class _Builder:
     # -- copying original nodes ---------------------------------------------------------------
     def copy(self, node: onnx.NodeProto, rename: dict[str, str], skip_first: int = 0) -> None:
         ins = [rename.get(i, i) if i else "" for i in node.input]
+        self.bind_outer(node, rename)
         outs = []
         for o in node.output:
             if not o:
@@ -148,6 +184,23 @@ class _Builder:
         n.output.extend(outs)
         n.name = outs[0] if outs and outs[0] else self.g.fresh(node.op_type)
         self.g.nodes.append(n)
+
+    def bind_outer(self, node: onnx.NodeProto, rename: dict[str, str]) -> None:
+        """Give the tensors an If / Loop body reads from the enclosing graph their original names
+        in the sub-model (an Identity of the local value, or the constant itself)."""
+        from milp_planner.deploy.source import _outer_reads
+
+        for t in _outer_reads(node):
+            if t in self.bound:
+                continue
+            self.bound.add(t)
+            if t in self.src.const:
+                self.g.named_const(t, self.src.value(t))
+            elif t in rename:
+                self.g.nodes.append(helper.make_node("Identity", [rename[t]], [t], name=self.g.fresh(t)))
+            else:
+                raise PlannerError(f"deploy: node '{node.name}' ({node.op_type}) reads '{t}' in a subgraph, "
+                                   f"which its stage does not hold")
 
     # -- layers ---------------------------------------------------------------------------------
     def build(self) -> SubModel:
@@ -177,28 +230,76 @@ class _Builder:
             name = f"own:{t}"
             self.g.nodes.append(helper.make_node("Identity", [x], [name], name=name))
             outputs.append(Port(t, own, name))
-            value_outs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, region_shape(g.shape(t), own)))
-        value_ins = [helper.make_tensor_value_info(p.name, TensorProto.FLOAT, region_shape(g.shape(p.tensor), p.region))
+            value_outs.append(helper.make_tensor_value_info(name, self.src.elem_type(t),
+                                                            region_shape(g.shape(t), own)))
+        value_ins = [helper.make_tensor_value_info(p.name, self.src.elem_type(p.tensor),
+                                                   region_shape(g.shape(p.tensor), p.region))
                      for p in inputs]
         graph = helper.make_graph(self.g.nodes, self.g.prefix, value_ins, value_outs, self.g.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.src.opset)],
+        opsets = [o for o in self.src.model.opset_import if o.domain not in ("", "ai.onnx")]
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.src.opset), *opsets],
                                   producer_name="milp-planner deploy")
+        model.functions.extend(self.src.model.functions)
         model.ir_version = self.src.model.ir_version or 8
         return SubModel(model, inputs, outputs)
 
-    def _emit(self, ln: LayerNodes, rename: dict[str, str], special: onnx.NodeProto | None, slicer) -> str:
-        """Copy the layer's nodes except ``special`` (already emitted), constants through ``slicer``."""
+    def const_input(self, i: str, slicer=None) -> str:
+        """A constant operand in the sub-model: its value (through ``slicer``), or, for a quantised
+        weight (``DequantizeLinear`` of constants) used whole, that node on its integer data, so
+        that onnxruntime fuses the group into the same integer kernel as in the whole model."""
+        v = self.src.value(i)
+        sliced = slicer(v) if slicer is not None else v
+        dq = self.src.producer.get(i)
+        if (dq is not None and dq.op_type == "DequantizeLinear" and dq.domain in ("", "ai.onnx")
+                and sliced.shape == v.shape and i not in self.src.initializers):
+            hit = self.dequantized.get(i)
+            if hit is None:
+                r = {j: self.g.const(j, self.src.value(j)) for j in dq.input if j}
+                self.copy(dq, r)
+                hit = self.dequantized[i] = r[dq.output[0]]
+            return hit
+        return self.g.const(i, sliced)
+
+    def _dequant(self, ln: LayerNodes, name: str, x: str) -> str:
+        """``x`` through the layer's DequantizeLinear ``name`` when ``name`` is one of its prefix
+        outputs (the front of a QDQ group), else ``x``."""
+        p = ln.prefix.get(name)
+        if p is None:
+            return x
+        r = {p.input[0]: x}
+        for i in p.input[1:]:
+            if i and i in ln.consts:
+                r[i] = self.g.const(i, self.src.value(i))
+        self.copy(p, r)
+        return r[p.output[0]]
+
+    def _emit(self, ln: LayerNodes, rename: dict[str, str], special: onnx.NodeProto | None, slicer,
+              sig=None) -> str:
+        """Copy the layer's nodes except ``special`` (already emitted), constants through ``slicer``.
+
+        A node already emitted in this sub-model on the same values for the same rows or
+        channels ``sig`` (another used output of a multi-output node is a layer of its own) is
+        not emitted again: its outputs are reused."""
+        skip = {id(special)} if special is not None else set()
+        if special is not None:
+            skip.update(id(p) for p in ln.prefix.values())  # emitted with the root (_dequant)
         for n in ln.nodes:
-            if n is special:
+            if id(n) in skip:
+                continue
+            key = (id(n), tuple("" if i in ln.consts else rename.get(i, i) for i in n.input), sig)
+            done = self.emitted.get(key) if sig is not None else None
+            if done is not None:
+                rename.update(done)
                 continue
             local_rename = dict(rename)
             for k, i in enumerate(n.input):
                 if i and i in ln.consts:
-                    local_rename[i] = self.g.const(i, slicer(n, k, self.src.value(i)))
+                    local_rename[i] = self.const_input(i, lambda v, n=n, k=k: slicer(n, k, v))
             self.copy(n, local_rename)
             for o in n.output:
                 if o:
                     rename[o] = local_rename[o]
+            self.emitted[key] = {o: rename[o] for o in n.output if o}
         return rename[ln.value]
 
     def row_layer(self, lid: int, comp: Region) -> str:
@@ -223,15 +324,16 @@ class _Builder:
                         raise PlannerError(f"deploy: internal error: layer {lid} reads '{t}' whole")
                 else:
                     rename[i] = self.rows_of(t, (a, b))
-            return self._emit(ln, rename, None, h_slicer)
+            return self._emit(ln, rename, None, h_slicer, sig=(a, b))
 
         root = ln.root
-        x_name = next(i for i in root.input if i in ln.act)
-        t = ln.act[x_name]
+        front = ln.front
+        x_name = next(i for i in root.input if i in front)
+        t = front[x_name]
         h_in = g.tensor_rows(t)
         lo, hi = input_rows(layer.rowdep, (a, b), h_in)
-        x = self.rows_of(t, (lo, hi))
-        for i in ln.act:
+        x = self._dequant(ln, x_name, self.rows_of(t, (lo, hi)))
+        for i in front:
             rename[i] = x
         out = None
         if kind == "window":
@@ -241,14 +343,13 @@ class _Builder:
         elif kind == "transpose":
             out = self.transpose_root(root, ln, layer, (a, b), (lo, hi), x)
         if out is None:  # embed the slice in a zero tensor of full height
-            full = self.g.node("Pad", [x, self.g.const("pads", np.array([0, 0, lo, 0, 0, 0, h_in - hi, 0], np.int64))],
-                               "embed")
+            full = self.g.pad(x, [0, 0, lo, 0, 0, 0, h_in - hi, 0], "embed")
             rename_root = dict(rename)
-            for i in ln.act:
+            for i in front:
                 rename_root[i] = full
             for k, i in enumerate(root.input):
                 if i and i in ln.consts:
-                    rename_root[i] = self.g.const(i, self.src.value(i))
+                    rename_root[i] = self.const_input(i)
             self.copy(root, rename_root)
             y = rename_root[root.output[0]]
             out = self.g.slice(y, 2, a, b, h_out)
@@ -261,7 +362,7 @@ class _Builder:
             if replace and k in replace:
                 continue
             if i and i in ln.consts:
-                r[i] = self.g.const(i, self.src.value(i))
+                r[i] = self.const_input(i)
         return r
 
     def _emit_root(self, root, r, inputs: list[str] | None = None, **override) -> str:
@@ -279,7 +380,7 @@ class _Builder:
         lo_unc = a * s - p
         hi_unc = (b - 1) * s - p + (k - 1) * d + 1
         top, bottom = lo - lo_unc, hi_unc - hi
-        r = self._root_consts(root, ln, {i: x for i in ln.act})
+        r = self._root_consts(root, ln, {i: x for i in ln.front})
         if root.op_type == "Pad":
             pads_name = root.input[1] if len(root.input) > 1 else ""
             attrs = _attrs(root)
@@ -293,7 +394,8 @@ class _Builder:
                 ins[1] = self.g.const("pads", np.array(pads, np.int64))
                 return self._emit_root(root, r, ins)
             return self._emit_root(root, r, pads=pads)
-        shape_in = self.graph.shape(ln.act[next(i for i in root.input if i in ln.act)])
+        front = ln.front
+        shape_in = self.graph.shape(front[next(i for i in root.input if i in front)])
         pads = _spatial_pads(root, shape_in, self.src)
         nd = len(pads) // 2
         pads[0], pads[nd] = top, bottom
@@ -309,7 +411,7 @@ class _Builder:
         start = lo * num // den
         length = (hi - lo) * num // den
         attrs = _attrs(root)
-        r = self._root_consts(root, ln, {i: x for i in ln.act})
+        r = self._root_consts(root, ln, {i: x for i in ln.front})
         if root.op_type in ("DepthToSpace", "SpaceToDepth"):
             y = self._emit_root(root, r)
         elif root.op_type == "Resize":
@@ -320,8 +422,7 @@ class _Builder:
             if den != 1 or ctm not in SHIFT_CTM or w_out % w_in or attrs.get("antialias", 0):
                 return None
             scales = self.g.const("scales", np.array([1.0, 1.0, float(num), float(w_out // w_in)], np.float32))
-            ins = [x, "", scales]
-            y = self._emit_root(root, r, ins)
+            y = self._emit_root(root, r, self.g.resize_inputs(x, scales))
         else:
             return None
         return self.g.slice(y, 2, a - start, b - start, length)
@@ -349,7 +450,7 @@ class _Builder:
             op = list(attrs["output_padding"])
             op[0] = 0
             over["output_padding"] = op
-        r = self._root_consts(root, ln, {i: x for i in ln.act})
+        r = self._root_consts(root, ln, {i: x for i in ln.front})
         y = self._emit_root(root, r, **over)
         return self.g.slice(y, 2, a - start, b - start, length)
 
@@ -364,8 +465,9 @@ class _Builder:
         root = ln.root
         op = root.op_type
         attrs = _attrs(root)
-        x_name = next(i for i in root.input if i in ln.act)
-        t = ln.act[x_name]
+        front = ln.front
+        x_name = next(i for i in root.input if i in front)
+        t = front[x_name]
         x = self.select(t, self.local[t].region)
         e0, e1 = c0, c1  # output channels actually computed (whole groups)
         ins = [x] + [""] * (len(root.input) - 1)
@@ -402,7 +504,8 @@ class _Builder:
             ins[1] = self.g.const(root.input[1], w[..., c0:c1])
         else:
             raise PlannerError(f"deploy: layer {lid} ({layer.name}, {op}) cannot be split by channels")
-        if root.input[0] not in ln.act:
+        ins[0] = self._dequant(ln, root.input[0], ins[0])
+        if root.input[0] not in front:
             raise PlannerError(f"deploy: layer {lid} ({layer.name}): the activation must be the first input")
         y = self.g.node(op, ins, root.output[0], **{**attrs, **over})
         if (e0, e1) != (c0, c1):
@@ -458,3 +561,34 @@ def build_submodel(source: ModelSource, first: int, last: int, axis: str, part: 
                    tag: str) -> SubModel:
     """The ONNX model of one part (see the module docstring)."""
     return _Builder(source, first, last, axis, part, tag).build()
+
+
+def check_loadable(data: bytes, what: str) -> None:
+    """Refuse a sub-model (serialized) that onnxruntime cannot load, naming ``what`` and the cause.
+
+    ``deploy`` calls it on every sub-model before it reports success, so a folder that cannot
+    run is an error at deploy time, not at ``run``. Without onnxruntime installed nothing is
+    checked (the folder is then checked when it runs)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises several types; one line names the cause
+        lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+        reason = (lines[0] if lines else type(e).__name__)[:300]
+        raise PlannerError(f"deploy: {what}: onnxruntime cannot load the sub-model ({reason})") from None
+
+
+def numpy_dtype_names(source: ModelSource, tensors) -> dict[str, str]:
+    """``tensor -> numpy dtype name`` for the tensors in ``tensors`` that are not float32."""
+    out = {}
+    for t in tensors:
+        et = source.elem_type(t)
+        if et != TensorProto.FLOAT:
+            out[t] = np.dtype(helper.tensor_dtype_to_np_dtype(et)).name
+    return out

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from milp_planner.deploy.manifest import Manifest, MessageSpec
-from milp_planner.deploy.runtime import RankProgram, make_inputs
+from milp_planner.deploy.runtime import RankProgram, make_inputs, tensor_dtype
 
 
 class MpiTransport:
@@ -47,7 +47,7 @@ class MpiTransport:
         if self.emulate:
             stamp = np.array([time.monotonic()], dtype=np.float64)
             self.pending.append((self.comm.Isend(stamp, dest=dest, tag=msg.stage), stamp))
-        array = np.ascontiguousarray(array, dtype=np.float32)
+        array = np.require(array, dtype=tensor_dtype(self.manifest, msg.tensor), requirements="C")
         self.pending.append((self.comm.Isend(array, dest=dest, tag=msg.stage), array))
 
     def recv(self, msg: MessageSpec) -> np.ndarray:
@@ -57,7 +57,8 @@ class MpiTransport:
         stamp = np.empty(1, dtype=np.float64)
         if self.emulate:
             self.comm.Recv(stamp, source=src, tag=msg.stage)
-        buf = np.empty(region_shape(tuple(self.shapes[msg.tensor]), msg.region), dtype=np.float32)
+        buf = np.empty(region_shape(tuple(self.shapes[msg.tensor]), msg.region),
+                       dtype=tensor_dtype(self.manifest, msg.tensor))
         self.comm.Recv(buf, source=src, tag=msg.stage)
         if self.emulate:
             arrival = max(float(stamp[0]), self.link_free) + msg.time_s
@@ -102,6 +103,7 @@ def run_rank(args) -> None:
         prog.load()
         transport = MpiTransport(comm, m.ranks, args.emulate_network)
         transport.shapes = m.shapes
+        transport.manifest = m
         inputs = make_inputs(m, args.input) if m.source == me else {}
         _fault(rank)
         n = len(m.stages)
@@ -112,6 +114,8 @@ def run_rank(args) -> None:
             comm.Barrier()
             transport.link_free = 0.0
             t0 = time.monotonic()
+            if it == args.repeat:  # the last run is recorded for a timeline (run --trace)
+                prog.trace = {"t0": t0, "sent": {}, "received": [], "compute": []}
             prog.start(inputs)
             for si in range(n):
                 prog.send_stage(si, transport)
@@ -133,6 +137,7 @@ def run_rank(args) -> None:
             (results / "outputs.json").write_text(json.dumps(list(outputs)))
         (results / f"rank{rank}.json").write_text(json.dumps({
             "rank": rank, "name": me, "stages": stage_t, "latencies_s": latencies, "gather_s": gathers,
+            "timeline": prog.trace,
         }))
     except BaseException as e:  # one line for the launcher, then end every rank
         line = (str(e).strip().splitlines() or [type(e).__name__])[0]

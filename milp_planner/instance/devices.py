@@ -18,6 +18,11 @@ Models:
                ``{rows: ..., channels: ...}`` in the file): a channel part of that layer is
                priced from it, every other part from ``table``.
 A part that computes nothing of a layer (fraction 0) costs nothing, not even the overhead.
+
+Every model may also carry ``stage_overhead_s`` (default 0): a fixed cost charged once to a
+device for each stage in which it computes a part (one call of the runtime, its bindings, cold
+caches), added to that stage's compute by the evaluator (``cost.evaluator.price_stage``), never
+per layer. ``profile`` measures it.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ class CostModel:
     table: Mapping[str, tuple[tuple[Fraction, Fraction], ...]] = field(default_factory=dict)
     # the same for channel parts, where measured apart (rows and channels scale differently)
     channel_table: Mapping[str, tuple[tuple[Fraction, Fraction], ...]] = field(default_factory=dict)
+    # a fixed cost per stage in which the device computes a part (docs/model.md section 4)
+    stage_overhead_s: Fraction = Fraction(0)
 
     def points(self, name: str, axis: str = "rows"):
         """The measured points that price ``axis`` parts of layer ``name`` (None: not in the table)."""

@@ -47,7 +47,7 @@ MAX_DIM = 1 << 20  # one input dimension
 TOP_KEYS = ("name", "description", "source", "model", "input_shape", "dtype_bytes", "devices",
             "network", "search", "objective", "constraints")
 DEVICE_KEYS = ("name", "profile", "compute", "memory_mb", "power_w", "node")
-COMPUTE_KEYS = ("model", "macs_per_s", "overhead_s", "mem_bytes_per_s", "mem_gbps", "table")
+COMPUTE_KEYS = ("model", "macs_per_s", "overhead_s", "stage_overhead_s", "mem_bytes_per_s", "mem_gbps", "table")
 POWER_KEYS = ("compute", "tx", "rx")
 NETWORK_KEYS = ("bandwidth_mbps", "latency_ms", "medium", "source", "sink")
 ENDPOINT_KEYS = ("device", "bandwidth_mbps", "latency_ms")
@@ -399,6 +399,23 @@ def _string_list(ctx: _Ctx, key: str, value: Any) -> list[str]:
 # Sections
 
 
+def _input_shapes(ctx: _Ctx, key: str, value: Any) -> dict:
+    """``input_shape:`` a list (the first input) or a mapping input name -> list ([] for a scalar)."""
+    if isinstance(value, dict):
+        if not value:
+            raise ctx.fail(key, "must not be empty")
+        out = {}
+        for name, dims in value.items():
+            if not isinstance(name, str) or not name:
+                raise ctx.fail(key, f"input names must be text (got {_show(name)})")
+            if isinstance(dims, (list, tuple)) and not dims:
+                out[name] = ()
+            else:
+                out[name] = _input_shape(ctx, f"{key}.{name}", dims)
+        return out
+    return {None: _input_shape(ctx, key, value)}
+
+
 def _input_shape(ctx: _Ctx, key: str, value: Any) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or not value:
         raise ctx.fail(key, f"must be a list of positive integers (got {_show(value)})")
@@ -531,6 +548,7 @@ def _compute(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> CostModel:
     macs = c.get("macs_per_s")
     macs = None if macs is None else _number(ctx, f"{key}.macs_per_s", macs, positive=True)
     overhead = _number(ctx, f"{key}.overhead_s", c.get("overhead_s", 0), nonneg=True)
+    stage_overhead = _number(ctx, f"{key}.stage_overhead_s", c.get("stage_overhead_s", 0), nonneg=True)
     if "mem_bytes_per_s" in c and "mem_gbps" in c:
         raise ctx.fail(f"{key}.mem_gbps", "give mem_bytes_per_s or mem_gbps, not both")
     mem = None
@@ -556,7 +574,8 @@ def _compute(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> CostModel:
                 if layer.name not in table:
                     raise ctx.fail(f"{key}.table", f"has no entry for layer {layer.name!r} "
                                                    "(give every layer, or macs_per_s as a fallback)")
-    return CostModel(kind=kind, macs_per_s=macs, overhead_s=overhead, mem_bytes_per_s=mem, table=table,
+    return CostModel(kind=kind, macs_per_s=macs, overhead_s=overhead, stage_overhead_s=stage_overhead,
+                     mem_bytes_per_s=mem, table=table,
                      channel_table=chans)
 
 
@@ -754,10 +773,15 @@ def instance_from_dict(data: Any, source: str, base_dir: Path | None = None, inp
     dtype = int(dtype)
 
     if top.get("input_shape") is not None:
-        file_shape = _input_shape(ctx, "input_shape", top["input_shape"])
+        file_shape = _input_shapes(ctx, "input_shape", top["input_shape"])
     else:
         file_shape = None
-    shape = tuple(input_shape) if input_shape is not None else file_shape
+    from milp_planner.model.onnx import input_shapes
+
+    given = input_shapes(input_shape)  # the command line's, input by input over the file's
+    shape = {**(file_shape or {}), **given} if given is not None else file_shape
+    if shape is not None and list(shape) == [None]:
+        shape = shape[None]  # the first input only: the plain shape
 
     objective = top.get("objective", "latency")
     if objective not in OBJECTIVES:

@@ -3,7 +3,8 @@
 ``load_graph(ref, base_dir=None, input_shape=None)`` turns a reference into a ``LayerGraph``
 (relative paths are taken relative to ``base_dir``, e.g. an instance file's folder).
 
-For a zoo model, ``input_shape`` (N, 3, H, W) builds the model at that batch and size (the
+``input_shape`` is a shape for the first input or a mapping input name -> shape (the
+importer's ``input_shapes``). For a zoo model, ``input_shape`` (N, 3, H, W) builds the model at that batch and size (the
 zoo's fully connected layers are sized from it), so it may differ from the default size.
 """
 
@@ -47,6 +48,12 @@ def load_graph(ref: str, base_dir: Path | None = None, input_shape=None) -> Laye
         name, size = parse_zoo_ref(ref)
         hw: int | tuple[int, int] | None = size
         batch = 1
+        if isinstance(input_shape, dict):
+            named = [k for k in input_shape if k]
+            if named:
+                raise PlannerError(f"{ref}: a zoo model has one input; give its shape without a name "
+                                   f"(not {named[0]}=...)")
+            input_shape = input_shape.get(None, input_shape.get(""))
         if input_shape is not None:
             shape = tuple(int(d) for d in input_shape)
             if len(shape) != 4 or shape[1] != 3:

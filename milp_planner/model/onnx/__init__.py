@@ -39,11 +39,20 @@ Decisions where docs/model.md is silent (documented here, relied on by the tests
 * ``ops`` of pure re-layouts is 0: Flatten, Reshape, Transpose, Squeeze, Unsqueeze, Expand,
   DepthToSpace, SpaceToDepth. Data-moving selections (Concat, Split, Slice, Gather, Pad)
   count their output elements like any other op.
-* Multi-output nodes (Split, TopK, ...): the layer's ``output`` is the first output; the
-  consumers of the other outputs read that same tensor (a layer produces one tensor) and its
-  shape is the first output's shape. Folding into such a node is not done when its other
-  outputs are used.
-* ``input_shape`` fixes the first graph input that is not an initializer. A graph output
+* Multi-output nodes (Split, TopK, DynamicQuantizeLinear, LSTM, ...): one layer per output
+  that is read (or is a graph output), in output order, each holding its own tensor and shape.
+  The node's MACs, ops and parameters are charged to the layer of its first used output; a
+  layer of another output costs its output elements (a copy). A deployment computes the node
+  once per sub-model that needs any of its outputs.
+* Recurrent ops (LSTM, GRU, RNN, and onnxruntime's DynamicQuantizeLSTM): MACs per step, batch
+  row and direction are gates x hidden x (input + hidden) (the products with W and R; 4, 3 and
+  1 gates); ops are 9 (LSTM), 7 (GRU) or 1 (RNN) per hidden unit and step; parameters are W, R,
+  B (and P). They are one layer, never split.
+* Quantised weight ops (ConvInteger, QLinearConv, MatMulInteger, QLinearMatMul) count as Conv
+  and MatMul on their integer weight; their integer weights (and QLinearConv's bias) are
+  parameters.
+* ``input_shape`` fixes the first graph input that is not an initializer, or any input by
+  name (``{name: shape}``; a name the model does not have is an error). A graph output
   that is an ``Identity`` of a layer's output names that layer's output, so
   ``graph.outputs`` always names layer outputs (or a graph input).
 * A MAC count that cannot be computed (a weight op whose sizes stay unknown) is an error; a
@@ -72,29 +81,47 @@ from milp_planner.model.onnx.importer import Importer
 from milp_planner.model.onnx.reading import check_model, load_model
 from milp_planner.model.onnx.tensors import ModelWarning
 
-__all__ = ["import_onnx", "ModelWarning"]
+__all__ = ["import_onnx", "input_shapes", "ModelWarning"]
+
+
+def input_shapes(input_shape) -> dict[str | None, tuple[int, ...]] | None:
+    """``input_shape`` as a mapping input name -> shape (``None`` names the first input).
+
+    Takes a shape (a sequence of ints: the first input), a mapping ``{name: shape}`` (a name
+    ``None`` or ``""`` is the first input) or ``None``. A 0-d input (a scalar) has shape ``()``.
+    """
+    if input_shape is None:
+        return None
+    if isinstance(input_shape, dict):
+        return {(k or None): tuple(int(d) for d in v) for k, v in input_shape.items()}
+    return {None: tuple(int(d) for d in input_shape)}
 
 
 def import_onnx(
     model: str | Path | onnx.ModelProto,
-    input_shape: tuple[int, ...] | None = None,
+    input_shape=None,
     name: str | None = None,
     *,
     source: str | None = None,
 ) -> LayerGraph:
     """Read an ONNX model (a path or a ``ModelProto``) as a ``LayerGraph``.
 
-    ``input_shape`` overwrites the dims of the first non-initializer graph input before shape
-    inference (fixing symbolic dims such as ``N`` or ``H``). ``name`` names the graph (default:
-    the ONNX graph name, else the file's stem); ``source`` is how error messages name the model
-    (default: the file path, else the name). Weight data are never read.
+    ``input_shape`` overwrites the dims of graph inputs before shape inference (fixing
+    symbolic dims such as ``N`` or ``H``): a shape for the first non-initializer input, or a
+    mapping input name -> shape for any of them (``input_shapes``). ``name`` names the graph
+    (default: the ONNX graph name, else the file's stem); ``source`` is how error messages name
+    the model (default: the file path, else the name). Weight data are never read.
     """
     proto, label, default_name = load_model(model)
     gname = name or default_name
     label = source or label or gname
-    if input_shape is not None:
-        input_shape = tuple(int(d) for d in input_shape)
-        if not input_shape or any(d <= 0 for d in input_shape):
-            raise PlannerError(f"{label}: input shape {input_shape} must be positive integers")
+    shapes = input_shapes(input_shape)
+    if shapes is not None:
+        for key, shape in shapes.items():
+            what = f"input '{key}'" if key else "input"
+            if key is None and not shape:
+                raise PlannerError(f"{label}: input shape {shape} must be positive integers")
+            if any(d <= 0 for d in shape):
+                raise PlannerError(f"{label}: {what} shape {shape} must be positive integers")
     check_model(proto, label)
-    return Importer(proto, label, gname, input_shape).run()
+    return Importer(proto, label, gname, shapes).run()

@@ -12,8 +12,8 @@ from typing import NamedTuple
 
 from milp_planner.errors import PlannerError
 from milp_planner.model.onnx.nodes import Node
-from milp_planner.model.onnx.ops import (FOLD_BIAS, GLOBAL_POOLS, NORM_PARAM_OPS, RELAYOUT, WEIGHT_OPS,
-                                         WINDOW_POOLS)
+from milp_planner.model.onnx.ops import (CONTRIB_RECURRENT, FOLD_BIAS, GLOBAL_POOLS, NORM_PARAM_OPS,
+                                         QUANT_WEIGHT_OPS, RECURRENT, RELAYOUT, WEIGHT_OPS, WINDOW_POOLS)
 from milp_planner.model.onnx.shapes import fmt_shape
 from milp_planner.model.onnx.tensors import Tensors
 
@@ -25,10 +25,21 @@ class Work(NamedTuple):
     ops: int
 
 
+def recurrent_kind(n: Node) -> str | None:
+    """``LSTM``, ``GRU`` or ``RNN`` for a recurrent node (onnxruntime's quantised LSTM too), else None."""
+    if n.standard and n.op in RECURRENT:
+        return n.op
+    if n.domain == "com.microsoft":
+        return CONTRIB_RECURRENT.get(n.op)
+    return None
+
+
 def node_params(t: Tensors, n: Node, layer: str) -> int:
     """Parameters held by node ``n`` (a root or folded node of layer ``layer``)."""
+    kind = recurrent_kind(n) if n.proto is not None else None
     if not n.standard or n.proto is None:
-        return 0
+        if kind is None:
+            return 0
     ins = n.inputs
     const = [i for i in ins if i and i in t.const]
 
@@ -41,8 +52,14 @@ def node_params(t: Tensors, n: Node, layer: str) -> int:
             return 0
         return c
 
+    if kind is not None:  # W, R, B (and the peepholes P of an LSTM), integer weights included
+        return sum(count(ins[k]) for k in RECURRENT[kind][2] if k < len(ins) and ins[k] and ins[k] in t.const)
     if n.op in WEIGHT_OPS:
         return sum(count(w) for w in const if t.is_float(w))
+    if n.op in QUANT_WEIGHT_OPS:  # the integer weight (and QLinearConv's int32 bias)
+        k = QUANT_WEIGHT_OPS[n.op][1]
+        idx = [k, 8] if n.op == "QLinearConv" else [k]
+        return sum(count(ins[i]) for i in idx if i < len(ins) and ins[i] and ins[i] in t.const)
     if n.op == "BatchNormalization":
         return sum(count(w) for w in ins[1:3] if w and w in t.const)
     if n.op == "PRelu":
@@ -59,8 +76,15 @@ def work(t: Tensors, n: Node, out_shape: tuple[int, ...]) -> Work:
     op = n.op if n.standard else None
     ins = n.inputs
     out_elems = int(prod(out_shape))
+    kind = recurrent_kind(n) if n.proto is not None else None
+    if kind is not None:
+        return _recurrent_work(t, n, kind)
     if op in WEIGHT_OPS:
         return Work(_weight_op_macs(t, n, out_shape, out_elems), 0)
+    if op in QUANT_WEIGHT_OPS:
+        base, k = QUANT_WEIGHT_OPS[op]
+        as_float = Node(base, n.domain, n.name, [ins[0], ins[k] if k < len(ins) else ""], n.outputs, n.proto)
+        return Work(_weight_op_macs(t, as_float, out_shape, out_elems), 0)
     if op in WINDOW_POOLS:
         return Work(0, out_elems * int(prod(n.attr("kernel_shape", [1]))))
     if op in GLOBAL_POOLS:
@@ -71,6 +95,23 @@ def work(t: Tensors, n: Node, out_shape: tuple[int, ...]) -> Work:
     if op in RELAYOUT:
         return Work(0, 0)
     return Work(0, out_elems)
+
+
+def _recurrent_work(t: Tensors, n: Node, kind: str) -> Work:
+    """LSTM / GRU / RNN: per step, batch row and direction, gates x hidden x (input + hidden) MACs
+    (the products with W and R) and a fixed number of elementwise ops per hidden unit."""
+    x = t.known(n.inputs[0])
+    if x is None or len(x) != 3:
+        _unknown(t, n, n.inputs[0])
+    hidden = n.attr("hidden_size")
+    if hidden is None:
+        raise PlannerError(f"{t.label}: layer '{n.display_name}' ({n.op}): no hidden_size attribute")
+    layout = int(n.attr("layout", 0))
+    seq, batch, size = (x[1], x[0], x[2]) if layout else (x[0], x[1], x[2])
+    dirs = 2 if n.attr("direction", "forward") == "bidirectional" else 1
+    gates, elementwise, _ = RECURRENT[kind]
+    steps = int(seq) * int(batch) * dirs
+    return Work(steps * gates * int(hidden) * (int(size) + int(hidden)), steps * elementwise * int(hidden))
 
 
 def _weight_op_macs(t: Tensors, n: Node, out_shape, out_elems: int) -> int:

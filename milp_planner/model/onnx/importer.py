@@ -8,6 +8,8 @@ parameters and row dependency.
 
 from __future__ import annotations
 
+from math import prod
+
 import onnx
 from onnx import helper
 
@@ -32,9 +34,9 @@ class Importer:
         g = model.graph
         init_names = {t.name for t in g.initializer} | {t.values.name for t in g.sparse_initializer}
         self.act_graph_inputs = [vi.name for vi in g.input if vi.name not in init_names]
-        first = self.act_graph_inputs[0] if self.act_graph_inputs else None
-        self.t = Tensors(model, infer_model(model, label, input_shape, first), label)
+        self.t = Tensors(model, infer_model(model, label, input_shape, self.act_graph_inputs), label)
         self.graph_outputs = [o.name for o in g.output]
+        self.dequantized: set[str] = set()  # outputs of DequantizeLinear of activations (QDQ fronts)
 
     def run(self) -> LayerGraph:
         """The layer graph: constants and aliases set aside, patterns matched, nodes folded."""
@@ -67,6 +69,13 @@ class Importer:
                 for o in n.outputs[:1]:
                     alias[o] = n.inputs[0]
                 continue
+            if std and n.op == "DequantizeLinear" and n.outputs and n.outputs[0] not in self.graph_outputs:
+                # the front of a QDQ group (DequantizeLinear -> op -> QuantizeLinear): it belongs
+                # to each op reading it, so that layers exchange the quantised tensor and a
+                # deployed group is the one onnxruntime fuses into an integer kernel
+                alias[n.outputs[0]] = n.inputs[0]
+                self.dequantized.add(n.outputs[0])
+                continue
             nodes.append(n)
 
         for n in nodes:
@@ -98,12 +107,18 @@ class Importer:
                         continue
             if not n.outputs or not n.outputs[0]:
                 continue  # produces nothing usable
-            pl = PendingLayer(n, n.outputs[0])
-            pl.multi = any(o and (consumers.get(o) or o in gouts) for o in n.outputs[1:])
+            # one layer per output that is read (Split fan-out, a quantiser's value and scale, an
+            # LSTM's sequence and state): each holds its own tensor; the node's work is charged to
+            # the first, the others cost their output elements (docs/model.md section 2)
+            used = [o for o in n.outputs if o and (consumers.get(o) or o in gouts)] or [n.outputs[0]]
             for o in n.outputs:
                 if o:
                     owner[o] = len(pending)
-            pending.append(pl)
+            for k, o in enumerate(used):
+                pl = PendingLayer(n, o)
+                pl.secondary = k > 0
+                owner[o] = len(pending)
+                pending.append(pl)
 
         # -- graph outputs that are Identity/Dropout copies name the layer's output
         original_outs = set(self.graph_outputs)
@@ -167,6 +182,12 @@ class Importer:
         """Layer ``lid`` from a pending layer; ``final`` maps a tensor to the output of its layer."""
         n = pl.root
         out_shape = self.t.known(pl.out)
+        if out_shape is None and n.standard and n.op in ("If", "Loop", "Scan"):
+            raise PlannerError(
+                f"{self.label}: node '{n.display_name}' ({n.op}): the shape of its output '{pl.out}' "
+                f"({fmt_shape(self.t.shape(pl.out))}) depends on the branch or iteration count taken at run "
+                f"time; {n.op} is supported when its output shapes are static"
+            )
         if out_shape is None:
             raise PlannerError(
                 f"{self.label}: the output '{pl.out}' of node '{n.display_name}' ({n.op}) has "
@@ -186,14 +207,20 @@ class Importer:
                     f"{fmt_shape(self.t.shape(t))} after shape inference"
                 )
         op = n.op if n.standard else f"{n.domain}.{n.op}"
-        macs, ops = work(self.t, n, out_shape)
-        params = sum(node_params(self.t, m, n.display_name) for m in [n, *pl.folded])
+        if pl.secondary:  # another output of a node whose work the layer of its first output carries
+            macs, ops = 0, int(prod(out_shape))
+        else:
+            macs, ops = work(self.t, n, out_shape)
+        params = sum(node_params(self.t, m, n.display_name) for m in ([] if pl.secondary else [n]) + pl.folded)
         dep = rowdep(self.t, n, out_shape)
         act_shapes = [self.t.known(t) for t in n.act]
         row_split = (len(out_shape) == 4 and bool(act_shapes)
                      and all(len(s) == 4 for s in act_shapes) and dep.kind != "none")
         weight_const = len(n.inputs) > 1 and bool(n.inputs[1]) and n.inputs[1] in self.t.const
-        chan_split = n.op in WEIGHT_OPS and n.standard and weight_const
+        # a quantised group (its input dequantised) is not split by channels: a part would hold a
+        # float slice of the weight, not the integer weight onnxruntime's fused kernel uses
+        qdq = any(i in self.dequantized for i in n.inputs)
+        chan_split = n.op in WEIGHT_OPS and n.standard and weight_const and not qdq
         groups = int(n.attr("group", 1)) if n.op in ("Conv", "ConvTranspose") else 1
         if op not in KNOWN and n.proto is not None:
             self.t.warn(
@@ -217,6 +244,7 @@ class Importer:
             attrs["folded_nodes"] = [f.display_name for f in pl.folded]
         if len([o for o in n.outputs if o]) > 1:
             attrs["outputs"] = [o for o in n.outputs if o]
+            attrs["node_output"] = n.outputs.index(pl.out) if pl.out in n.outputs else 0
         return Layer(
             id=lid, name=n.display_name, op=op, inputs=inputs, output=pl.out,
             shape=tuple(int(d) for d in out_shape), macs=macs, ops=ops, params=params,

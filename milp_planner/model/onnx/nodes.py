@@ -54,6 +54,7 @@ class PendingLayer:
     out: str
     folded: list[Node] = field(default_factory=list)
     multi: bool = False  # other outputs of the root are used
+    secondary: bool = False  # not the node's first used output: its work is charged elsewhere
 
 def subgraph_inputs(node: onnx.NodeProto) -> list[str]:
     """Outer-scope tensors read inside the node's subgraphs (If, Loop, Scan bodies)."""

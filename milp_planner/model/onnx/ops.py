@@ -5,6 +5,15 @@ from __future__ import annotations
 from onnx import TensorProto
 
 WEIGHT_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+# integer (quantised) forms of the weight ops: counted as Conv / MatMul; operand index of the weight
+QUANT_WEIGHT_OPS = {"ConvInteger": ("Conv", 1), "QLinearConv": ("Conv", 3),
+                    "MatMulInteger": ("MatMul", 1), "QLinearMatMul": ("MatMul", 3)}
+# recurrent ops: gates per step, elementwise ops per hidden unit and step (activations and gate
+# products of the ONNX operator's equations), operand indices of the weights (W, R, B, P)
+RECURRENT = {"LSTM": (4, 9, (1, 2, 3, 7)), "GRU": (3, 7, (1, 2, 3)), "RNN": (1, 1, (1, 2, 3))}
+# onnxruntime's quantised LSTM (com.microsoft), counted as an LSTM
+CONTRIB_RECURRENT = {"DynamicQuantizeLSTM": "LSTM"}
+CONTRIB_DOMAINS = ("com.microsoft",)
 WINDOW_POOLS = frozenset({"MaxPool", "AveragePool", "LpPool"})
 GLOBAL_POOLS = frozenset({"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
 ALIAS_OPS = frozenset({"Identity", "Dropout"})
@@ -42,8 +51,9 @@ WHOLE = frozenset({
     "CumSum", "ScatterND", "ScatterElements", "Trilu", "Range", "NonZero", "OneHot",
     "Compress", "ReverseSequence", "Unique", "Concat", "Split", "Pad", "Resize", "Upsample",
     "NonMaxSuppression", "RoiAlign", "MaxRoiPool", "GridSample", "Col2Im", "CenterCropPad",
+    "DynamicQuantizeLinear", "If", "Loop",
 }) | GLOBAL_POOLS
-KNOWN = WEIGHT_OPS | WINDOW_POOLS | ELEMENTWISE | RELAYOUT | WHOLE
+KNOWN = WEIGHT_OPS | WINDOW_POOLS | ELEMENTWISE | RELAYOUT | WHOLE | frozenset(QUANT_WEIGHT_OPS) | frozenset(RECURRENT)
 
 NORM_PARAM_OPS = frozenset({"LayerNormalization", "InstanceNormalization", "GroupNormalization"})
 

@@ -84,6 +84,7 @@ def fix_input(vi: onnx.ValueInfoProto, input_shape, label: str) -> None:
             f"the input shape {tuple(input_shape)} has rank {len(input_shape)}"
         )
     tt.ClearField("shape")
+    tt.shape.SetInParent()  # a scalar (rank 0) has a shape with no dims, not an unknown one
     for d in input_shape:
         tt.shape.dim.add().dim_value = int(d)
 
@@ -139,6 +140,39 @@ def _unknown_outputs(inferred: onnx.ModelProto) -> bool:
     return False
 
 
+def eval_node(node: onnx.NodeProto, feeds: dict, opset_imports) -> list:
+    """Run one node on numpy values with the kernels of the model's opsets.
+
+    onnx's ``ReferenceEvaluator(node, opsets=...)`` runs the newest kernel of a bare node (an
+    opset-12 ``Unsqueeze`` with an ``axes`` attribute fails, an opset-9 ``Slice`` is read with
+    the opset-10 inputs), so the node is wrapped in a model that imports the right opsets.
+    """
+    from onnx.reference import ReferenceEvaluator
+
+    ins = [helper.make_tensor_value_info(i, helper.np_dtype_to_tensor_dtype(np.asarray(feeds[i]).dtype), None)
+           for i in dict.fromkeys(i for i in node.input if i)]
+    outs = [onnx.ValueInfoProto(name=o) for o in node.output if o]
+    graph = helper.make_graph([node], "eval", ins, outs)
+    model = helper.make_model(graph, opset_imports=list(opset_imports))
+    model.ir_version = max(model.ir_version, 8) if model.ir_version else 8
+    inputs = {i: feeds[i] for i in dict.fromkeys(i for i in node.input if i)}
+    try:
+        got = ReferenceEvaluator(model).run(None, inputs)
+    except Exception:
+        # onnx's reference kernels do not cover every version (DequantizeLinear before 19, say):
+        # onnxruntime, when it is installed, runs the node at the model's own opset
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        got = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, inputs)
+    names = [o for o in node.output if o]
+    values = dict(zip(names, got))
+    return [values.get(o) for o in node.output]
+
+
 NONDETERMINISTIC = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                               "Multinomial", "Bernoulli"})
 
@@ -156,9 +190,7 @@ def fold_and_infer(sk: onnx.ModelProto, inferred: onnx.ModelProto, label: str) -
     data is not in the skeleton.
     """
     from onnx import numpy_helper
-    from onnx.reference import ReferenceEvaluator
 
-    opset = next((o.version for o in sk.opset_import if o.domain in ("", "ai.onnx")), 17)
     for _ in range(4):
         shapes = shape_map(inferred)
         values: dict[str, object] = {}
@@ -192,7 +224,7 @@ def fold_and_infer(sk: onnx.ModelProto, inferred: onnx.ModelProto, label: str) -
                             node, [values[i] for i in ins]):
                         continue
                     feeds = {i: values[i] for i in ins}
-                    outs = ReferenceEvaluator(node, opsets={"": opset}).run(None, feeds)
+                    outs = [v for v in eval_node(node, feeds, sk.opset_import) if v is not None]
                 else:
                     continue
             except Exception:
@@ -247,18 +279,57 @@ def fmt_shape(shape) -> str:
 
 
 
-def infer_model(model: onnx.ModelProto, label: str, input_shape, first_input: str | None) -> onnx.ModelProto:
+def infer_model(model: onnx.ModelProto, label: str, input_shapes, act_inputs: list[str]) -> onnx.ModelProto:
     """The skeleton of ``model`` with every shape onnx can infer (in ``value_info``).
 
-    ``input_shape`` (or None) overwrites the dims of the graph input ``first_input``. Value
-    infos recorded in the file are kept only when the input shape is the file's own.
+    ``input_shapes`` (a mapping input name -> shape, ``None`` naming the first of
+    ``act_inputs``, or None) overwrites the dims of those graph inputs. Value infos recorded in
+    the file are kept only when the input shapes are the file's own.
     """
-    sk = skeleton(model, keep_value_info=input_shape is None)
-    if input_shape is not None:
-        if first_input is None:
-            raise PlannerError(f"{label}: the model has no input to give the shape {tuple(input_shape)}")
-        fix_input(next(vi for vi in sk.graph.input if vi.name == first_input), input_shape, label)
+    sk = skeleton(model, keep_value_info=not input_shapes)
+    for key, shape in (input_shapes or {}).items():
+        if key is None:
+            if not act_inputs:
+                raise PlannerError(f"{label}: the model has no input to give the shape {tuple(shape)}")
+            key = act_inputs[0]
+        vi = next((vi for vi in sk.graph.input if vi.name == key), None)
+        if vi is None or key not in act_inputs:
+            known = ", ".join(act_inputs) or "none"
+            raise PlannerError(f"{label}: --input-shape names '{key}', which is not an input of the model "
+                               f"(its inputs: {known})")
+        fix_input(vi, shape, label)
     inferred = infer(sk, label)
+    sk, inferred = contrib_shapes(sk, inferred, label)
     if _unknown_outputs(inferred):
         inferred = fold_and_infer(sk, inferred, label)
     return inferred
+
+
+def contrib_shapes(sk: onnx.ModelProto, inferred: onnx.ModelProto, label: str):
+    """Output shapes of onnxruntime's quantised LSTM (``com.microsoft.DynamicQuantizeLSTM``),
+    which onnx's inference does not know: those of an LSTM (Y: seq x directions x batch x
+    hidden, Y_h and Y_c: directions x batch x hidden). Inference then runs again from them."""
+    shapes = shape_map(inferred)
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in list(inferred.graph.input)
+             + list(inferred.graph.value_info) if vi.type.HasField("tensor_type")}
+    extra = []
+    for node in sk.graph.node:
+        if node.domain != "com.microsoft" or node.op_type != "DynamicQuantizeLSTM":
+            continue
+        x = shapes.get(node.input[0])
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if x is None or len(x) != 3 or None in x or "hidden_size" not in attrs:
+            continue
+        dirs = 2 if attrs.get("direction", b"forward") == b"bidirectional" else 1
+        h = int(attrs["hidden_size"])
+        outs = [(x[0], dirs, x[1], h), (dirs, x[1], h), (dirs, x[1], h)]
+        for name, shape in zip(node.output, outs):
+            if name and shapes.get(name) is None:
+                extra.append(helper.make_tensor_value_info(name, types.get(node.input[0], TensorProto.FLOAT),
+                                                           list(shape)))
+    if not extra:
+        return sk, inferred
+    nxt = onnx.ModelProto()
+    nxt.CopyFrom(sk)
+    nxt.graph.value_info.extend(extra)
+    return nxt, infer(nxt, label)
