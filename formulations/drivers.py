@@ -68,7 +68,7 @@ def solve_highs(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, solver_nam
     warm start loaded, solved by Pyomo's ``solver_name`` (HiGHS by default)."""
     import pyomo.environ as pyo
 
-    from formulations.milp import build_milp, fresh_highs_threads, objective_unscale, solution_arcs
+    from formulations.milp import HIGHS_OPTIONS, build_milp, fresh_highs_threads, objective_unscale, solution_arcs
 
     obj = ctx.objective
     cut = cutoff(sg, obj, ws)
@@ -94,7 +94,7 @@ def solve_highs(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, solver_nam
     if solver_name == "appsi_highs":
         # the legacy solve() resets the config from its arguments: pass them there
         fresh_highs_threads()
-        solver.highs_options = {"threads": max(1, ctx.threads), "mip_rel_gap": 1e-7, "mip_abs_gap": 0.0}
+        solver.highs_options = {"threads": max(1, ctx.threads), **HIGHS_OPTIONS}
         kw = {"timelimit": None if remaining is None else max(1.0, remaining), "tee": log,
               "warmstart": ws.feasible}
     results = solver.solve(m, load_solutions=False, **kw)

@@ -37,6 +37,12 @@ import pyomo.environ as pyo
 from formulations.additive_caps import arcs_over_caps
 from formulations.stagegraph import StageGraph
 
+#: HiGHS's primal and MIP feasibility tolerance on the caps' rows (scaled to 1): a plan it
+#: returns passes a cap by at most this share, the evaluator's own slack (``CAP_SLACK``)
+CAP_TOLERANCE = 1e-9
+HIGHS_OPTIONS = {"mip_rel_gap": 1e-7, "mip_abs_gap": 0.0, "primal_feasibility_tolerance": CAP_TOLERANCE,
+                 "mip_feasibility_tolerance": CAP_TOLERANCE}
+
 
 def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,
                memory_scale: float = 1e-3) -> pyo.ConcreteModel:
@@ -101,10 +107,12 @@ def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,
                                + sum(sg.terminals[t].gather_s * m.end[t] for t in m.TERM))
     m.energy = pyo.Expression(expr=sum(sg.arcs[a].energy * m.x[a] for a in arc_ids)
                               + sum(sg.terminals[t].energy * m.end[t] for t in m.TERM))
+    # caps as rows scaled to a right-hand side of 1, so the solver's feasibility tolerance
+    # (``CAP_TOLERANCE``) is relative to the cap, as the evaluator's slack is
     if inst.constraints.latency_s is not None:
-        m.latency_cap = pyo.Constraint(expr=m.latency <= float(inst.constraints.latency_s))
+        m.latency_cap = pyo.Constraint(expr=m.latency / float(inst.constraints.latency_s) <= 1.0)
     if inst.constraints.energy_j is not None:
-        m.energy_cap = pyo.Constraint(expr=m.energy <= float(inst.constraints.energy_j))
+        m.energy_cap = pyo.Constraint(expr=m.energy / float(inst.constraints.energy_j) <= 1.0)
 
     # the period's terms, exactly the evaluator's: each device's compute + receive time summed
     # over the stages (the sink also receives the gather), and on a shared medium every transfer
@@ -117,9 +125,9 @@ def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,
                                       + sum(sg.terminals[t].gather_s * m.end[t] for t in m.TERM))
     if inst.constraints.period_s is not None:
         cap = float(inst.constraints.period_s)
-        m.period_cap = pyo.Constraint(m.DEV, rule=lambda m, d: m.device_load[d] <= cap)
+        m.period_cap = pyo.Constraint(m.DEV, rule=lambda m, d: m.device_load[d] / cap <= 1.0)
         if inst.network.medium == "shared":
-            m.period_medium_cap = pyo.Constraint(expr=m.medium <= cap)
+            m.period_medium_cap = pyo.Constraint(expr=m.medium / cap <= 1.0)
 
     if objective == "period":
         m.period = pyo.Var(within=pyo.NonNegativeReals)

@@ -35,6 +35,29 @@ def test_corpus_case(path):
     assert not tally.findings, _report(tally)
 
 
+QUICK = (0, 6, 12, 78)  # a latency cap, every device capped below any plan, a period cap, memory + latency caps
+
+
+@pytest.mark.parametrize("seed", QUICK)
+def test_quick_cases(seed):
+    """The planners alone (no front, no command line) on a few cases: the mutation gate's check."""
+    import random
+
+    case = bed.make_case(seed)
+    tally = bed.Tally()
+    bed.check_planners(case, tally, random.Random(seed))
+    assert not tally.findings, _report(tally)
+
+
+@pytest.mark.parametrize("seed", (1, 2, 5))
+def test_quick_fronts(seed):
+    case = bed.make_case(seed)
+    tally = bed.Tally()
+    bed.check_front(case, tally, ["latency", "energy"])
+    bed.check_front(case, tally, ["energy", "memory", "period"])
+    assert not tally.findings, _report(tally)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("first", range(0, SEEDS, CHUNK))
 def test_random_cases(first):

@@ -211,6 +211,8 @@ def _device(rng: random.Random, name: str, layer_names: list[str]) -> dict:
     compute: dict = {"model": kind, "macs_per_s": _decimal(10 ** rng.uniform(3.5, 5))}
     if rng.random() < 0.6:
         compute["overhead_s"] = _decimal(rng.uniform(0, 0.003), 2)
+    if rng.random() < 0.25:  # the runtime's own cost of a stage (docs/model.md section 4)
+        compute["stage_overhead_s"] = _decimal(rng.uniform(0, 0.004), 2)
     if kind == "roofline":
         compute["mem_bytes_per_s"] = _decimal(10 ** rng.uniform(3.5, 5))
     elif kind == "table":
