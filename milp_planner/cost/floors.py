@@ -8,15 +8,15 @@ proof is weaker (docs/exact.md).
 
 Why the bounds hold (docs/model.md section 4):
 
-- *Coverage.* Every plan computes, for each layer l, at least the rows the graph outputs need:
-  the rows one part computing the whole graph as one ``none`` stage computes (``m_l``, a
-  fraction; 1 for almost every layer). A layer's parts compute fractions ``f_d`` with
-  ``sum_d f_d >= m_l`` (halos only add rows; channel parts sum to 1). That backward pass covers
-  the needs of a layer's readers by one interval; a plan's parts cover them by one interval each,
-  which is no less as long as the readers' needs of the whole outputs overlap or touch. They do
-  for every row dependency of docs/model.md section 2 (each maps a whole range to an interval
-  that reaches the border unless a crop or stride drops edge rows); two readers needing
-  disjoint slices of one tensor would need a row-wise Slice, which is not row-splittable.
+- *Coverage.* Every plan computes, for each layer l, at least the rows the graph outputs need
+  (``needed_rows``: walked back row by row from the outputs, each needed row of a reader adding
+  the input rows it reads; ``m_l`` is their number over the layer's rows, 1 for almost every
+  layer). A layer's parts compute fractions ``f_d`` with ``sum_d f_d >= m_l``: each part
+  computes one interval, the intervals together hold every needed row, and halos only add rows
+  (channel parts sum to 1). Counting the needed rows as a set matters where a reader skips rows
+  (a 1x1 convolution of stride 2 reads every other row): the one interval a single part would
+  compute covers the gaps, two parts need not (until issue #29 the floors counted that interval,
+  and a random instance showed an energy floor 6 % above the optimum).
 - *Per-device time.* For every cost model, the time of a fraction f > 0 of a layer is at least
   ``g(f) = o + a f``: ``linear`` and ``roofline`` are exactly of this form (the roofline's
   per-whole time does not depend on f); a ``table`` is piecewise linear through (0, 0), so
@@ -67,8 +67,8 @@ from typing import NamedTuple
 
 from milp_planner.instance import Instance
 from milp_planner.instance.devices import CostModel
-from milp_planner.model.graph import Layer, last_readers
-from milp_planner.space.geometry import StageGeometry, full_region
+from milp_planner.model.graph import Layer, input_rows, last_readers
+from milp_planner.space.geometry import StageGeometry, full_region, tensor_grid
 
 # Relative safety margin on float sums (the evaluator sums floats too).
 _MARGIN = 1e-12
@@ -206,10 +206,45 @@ def _splittable(instance: Instance, layer: Layer) -> bool:
 def _coverage(instance: Instance) -> dict[int, float]:
     """m_l: the share of each layer's output every plan computes (by some part)."""
     g = instance.graph
-    if not g.layers:
-        return {}
-    part = StageGeometry(g).parts(0, len(g.layers) - 1, "none", [None])[0]
-    return {l.id: float(part.fraction.get(l.id, 0)) for l in g.layers}
+    return {l.id: needed_rows(g)[l.id] / max(1, l.rows) for l in g.layers}
+
+
+def needed_rows(graph) -> dict[int, int]:
+    """Per layer, how many rows of its output the graph outputs need, counted as a set.
+
+    A part computes one interval of each layer, so a plan's parts together compute at least
+    every needed row once, but not the gaps between them: a reader with a stride above its
+    kernel span (a 1x1 convolution of stride 2) needs every other row, and two parts that each
+    compute the rows below their own readers' needs skip the rows between. So the needed rows
+    are walked row by row (the interval ``input_rows`` of each needed output row, unioned), not
+    as the one interval the whole-stage geometry computes. Rows are at most a few thousand."""
+    key = id(graph)
+    hit = _NEEDED.get(key)
+    if hit is not None and hit[0] is graph:
+        return hit[1]
+    need: dict[int, set[int]] = {}
+    outputs = set(graph.outputs)
+    for layer in reversed(graph.layers):
+        rows = set(range(layer.rows)) if layer.output in outputs else set()
+        for c in graph.consumers(layer.output):
+            reader = graph.layers[c]
+            wanted = need.get(c)
+            if not wanted:
+                continue
+            if not reader.row_splittable:
+                rows = set(range(layer.rows))
+                break
+            for r in wanted:
+                a, b = input_rows(reader.rowdep, (r, r + 1), layer.rows)
+                rows.update(range(a, b))
+        need[layer.id] = rows
+    out = {lid: len(rows) for lid, rows in need.items()}
+    _NEEDED.clear()
+    _NEEDED[key] = (graph, out)
+    return out
+
+
+_NEEDED: dict[int, tuple] = {}  # the last graph's needed rows (its identity, checked)
 
 
 def _time_floors(instance: Instance) -> list[dict[int, _Affine]]:
@@ -400,10 +435,11 @@ def live_bytes(instance: Instance) -> list[int]:
     if not g.layers:
         return []
     dt = instance.dtype_bytes
-    part = StageGeometry(g).parts(0, len(g.layers) - 1, "none", [None])[0]
     last = last_readers(g)
     produced = {layer.output: layer.id for layer in g.layers}
-    out = [_computed_bytes(g, part, layer.id, dt) for layer in g.layers]
+    needed = needed_rows(g)
+    out = [needed[layer.id] * tensor_grid(g, layer.output)[1] * _cell_elements(g, layer.output) * dt
+           for layer in g.layers]
     inputs = []
     if not instance.network.source.external:
         inputs = [(t, full_region(g, t).cells * _cell_elements(g, t) * dt) for t in g.inputs if last.get(t, -1) >= 0]
