@@ -101,3 +101,20 @@ PROVEN = [
 @pytest.mark.parametrize("solve, proven", PROVEN)
 def test_proven_in_graph(solve, proven):
     assert solve.proven_in_graph() == proven
+
+
+def test_a_gap_of_exactly_the_threshold_is_optimal():
+    # 1 / 1e6 is the double nearest 1e-6, as OPTIMAL_GAP is: the boundary itself, exactly
+    assert relative_gap(1e6, 1e6 - 1) == OPTIMAL_GAP
+    assert certify(1e6, True, [Proof(1e6 - 1, "r")]).status == "optimal"
+    assert certify(1e6, True, [Proof(1e6 - 1.0000001, "r")]).status == "feasible"
+
+
+@pytest.mark.parametrize("solver, evaluator, tol, expected", [
+    (None, 1.0, 0.0, False), (1.0, None, 0.0, False), (None, None, 0.0, False),
+    (1.0, 1.0 + 0.9e-6, 0.0, False), (1.0, 1.0 + 1.1e-6, 0.0, True), (1.0, 1.0 + 1.1e-6, 1e-6, False),
+    (1.0, 1.0 - 1.1e-6, 0.0, True), (0.0, 0.0, 0.0, False), (0.0, 1e-13, 0.0, True)])
+def test_disagreement(solver, evaluator, tol, expected):
+    from formulations.certificate import disagreement
+
+    assert disagreement(solver, evaluator, tol) is expected

@@ -6,7 +6,8 @@ import pytest
 
 from milp_planner.instance import load_instance
 from milp_planner.planners import get_planner
-from milp_planner.planners.base import OPTIMAL_GAP, Planner, PlanResult
+from milp_planner.certificate import OPTIMAL_GAP
+from milp_planner.planners.base import Planner, PlanResult
 
 
 class _Stopped(Planner):

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from milp_planner.certificate import OPTIMAL_GAP, STATUSES, Proof, certify, relative_gap  # noqa: F401
+from milp_planner.certificate import Proof, certify, relative_gap
 from milp_planner.errors import PlannerError
 
 from milp_planner.cost.evaluator import Metrics, evaluate

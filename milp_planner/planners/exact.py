@@ -38,7 +38,7 @@ from milp_planner.cost.evaluator import evaluate, evaluate_stages
 from milp_planner.instance import Instance
 from milp_planner.planners.anytime_start import Start, StartReport, run_start, start_budget
 from milp_planner.certificate import OPTIMAL_GAP, Proof
-from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext, space_dict
+from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
 from milp_planner.planners.subfleet import (LADDER_MIN_LIMIT_S, LADDER_SHARE, MIN_TRY_S, NO_LIMIT_IMPROVE_S,
                                             RUNG_STARTS_SHARE, ImproveReport, Restriction, neighbourhoods,
                                             rung_starts, search_restricted)

@@ -15,7 +15,7 @@ from fractions import Fraction
 from functools import lru_cache
 from math import prod
 
-from milp_planner.model.graph import EMPTY, Interval, LayerGraph, hull, input_rows, length, overlap
+from milp_planner.model.graph import EMPTY, Interval, LayerGraph, hull, input_rows, overlap
 
 
 @dataclass(frozen=True)
