@@ -141,10 +141,13 @@ def build_cpsat(sg: StageGraph, objective: str, arcs: list[int] | None = None,
                + sum(_units(sg.terminals[t].gather_s, time_res) * end[t] for t in end))
     energy = (sum(_units(sg.arcs[a].energy, energy_res) * x[a] for a in arc_ids)
               + sum(_units(sg.terminals[t].energy, energy_res) * end[t] for t in end))
+    # a cap in units, widened by what rounding may add to a plan's sum (a plan within the cap is
+    # never left out; one the widening lets over it is cut off by the driver, ``solve_cpsat``)
+    widen = n_layers + 2
     if inst.constraints.latency_s is not None:
-        m.Add(latency <= _units(float(inst.constraints.latency_s), time_res))
+        m.Add(latency <= _units(float(inst.constraints.latency_s), time_res) + widen)
     if inst.constraints.energy_j is not None:
-        m.Add(energy <= _units(float(inst.constraints.energy_j), energy_res))
+        m.Add(energy <= _units(float(inst.constraints.energy_j), energy_res) + widen)
 
     period = None
     scale = 1.0 / time_res
@@ -157,7 +160,7 @@ def build_cpsat(sg: StageGraph, objective: str, arcs: list[int] | None = None,
             loads.append(sum(_units(sg.arcs[a].transfer_s, time_res) * x[a] for a in arc_ids)
                          + sum(_units(sg.terminals[t].gather_s, time_res) * end[t] for t in end))
     if inst.constraints.period_s is not None:
-        cap = _units(float(inst.constraints.period_s), time_res)
+        cap = _units(float(inst.constraints.period_s), time_res) + widen
         for expr in loads:
             if not isinstance(expr, int):
                 m.Add(expr <= cap)

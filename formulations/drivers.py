@@ -12,7 +12,8 @@ from typing import Protocol
 
 from formulations.certificate import REL_TOL, GraphSolve, finite, loose
 from formulations.stagegraph import StageGraph
-from formulations.warmstart import WarmStart, cutoff, pruned_arcs
+from formulations.warmstart import WarmStart, cutoff, plan_stages, pruned_arcs
+from milp_planner.cost.evaluator import evaluate_stages
 
 
 class SolverContext(Protocol):
@@ -62,6 +63,10 @@ def _out_of_time(sg: StageGraph, ctx: SolverContext, ws: WarmStart) -> GraphSolv
                       info={"model_arcs": 0})
 
 
+#: plans over a cap (within the solver's tolerance) cut off and solved again, at most this often
+NOGOOD_ROUNDS = 16
+
+
 def solve_highs(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, solver_name: str = "appsi_highs",
                 fix_arcs: bool = True, log: bool = False) -> GraphSolve:
     """The path-flow MILP of ``formulations.milp`` over the arcs that survive fixing, with the
@@ -97,19 +102,30 @@ def solve_highs(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, solver_nam
         solver.highs_options = {"threads": max(1, ctx.threads), **HIGHS_OPTIONS}
         kw = {"timelimit": None if remaining is None else max(1.0, remaining), "tee": log,
               "warmstart": ws.feasible}
-    results = solver.solve(m, load_solutions=False, **kw)
-    tc = str(results.solver.termination_condition)
-    info = {"model_arcs": len(m.ARCS), "termination": tc}
-    if tc in ("infeasible", "infeasibleOrUnbounded"):
-        return GraphSolve([], None, None, False, infeasible=True, cutoff=cut, info=info)
-    try:
-        if solver_name == "appsi_highs":
-            solver.load_vars()
-        else:
-            m.solutions.load_from(results)
-        arcs = solution_arcs(sg, m)
-    except Exception:  # no primal solution available (e.g. stopped before the first one)
-        arcs = []
+    m.nogood = pyo.ConstraintList()
+    for _ in range(NOGOOD_ROUNDS):
+        results = solver.solve(m, load_solutions=False, **kw)
+        tc = str(results.solver.termination_condition)
+        info = {"model_arcs": len(m.ARCS), "termination": tc, "nogood_cuts": len(m.nogood)}
+        if tc in ("infeasible", "infeasibleOrUnbounded"):
+            return GraphSolve([], None, None, False, infeasible=True, cutoff=cut, info=info)
+        try:
+            if solver_name == "appsi_highs":
+                solver.load_vars()
+            else:
+                m.solutions.load_from(results)
+            arcs = solution_arcs(sg, m)
+        except Exception:  # no primal solution available (e.g. stopped before the first one)
+            arcs = []
+        if not arcs or evaluate_stages(plan_stages(sg, arcs), sg.instance).feasible:
+            break
+        # HiGHS's feasibility tolerance (1e-7 of a cap) let a plan pass a cap the evaluator holds
+        # to 1e-9: that plan is not in the space within the caps, so it is cut off and the model
+        # solved again (its bound still holds: only a plan over a cap is removed)
+        m.nogood.add(sum(m.x[a] for a in arcs) <= len(arcs) - 1)
+        remaining = ctx.remaining()
+        if "timelimit" in kw:
+            kw["timelimit"] = None if remaining is None else max(1.0, remaining)
     if not arcs and ws.feasible:
         arcs = list(ws.arcs)
     bound = finite(results.problem.lower_bound, objective_unscale(m))
@@ -160,8 +176,22 @@ def solve_cpsat(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, fix_arcs: 
             ctx.report(phase="CP-SAT found a plan", incumbent=self.ObjectiveValue() / cm.scale,
                        bound=self.BestObjectiveBound() / cm.scale)
 
-    status = solver.Solve(cm.model, Progress())
-    info = {"model_arcs": len(cm.x), "status": solver.StatusName(status), "tolerance": cm.tolerance}
+    for cuts in range(NOGOOD_ROUNDS):
+        status = solver.Solve(cm.model, Progress())
+        info = {"model_arcs": len(cm.x), "status": solver.StatusName(status), "tolerance": cm.tolerance,
+                "nogood_cuts": cuts}
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            break
+        arcs = cm.solution_arcs(solver)
+        if evaluate_stages(plan_stages(sg, arcs), sg.instance).feasible:
+            break
+        # the caps are widened by the rounding (no plan within them is left out): a plan the
+        # evaluator finds over one is cut off and the model solved again
+        cm.model.AddBoolOr([cm.x[a].Not() for a in arcs])
+        cm.model.ClearHints()
+        remaining = ctx.remaining()
+        if remaining is not None:
+            solver.parameters.max_time_in_seconds = max(1.0, remaining)
     if status == cp_model.INFEASIBLE:
         return GraphSolve([], None, None, False, infeasible=True, cutoff=cut, info=info)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

@@ -37,11 +37,12 @@ import pyomo.environ as pyo
 from formulations.additive_caps import arcs_over_caps
 from formulations.stagegraph import StageGraph
 
-#: HiGHS's primal and MIP feasibility tolerance on the caps' rows (scaled to 1): a plan it
-#: returns passes a cap by at most this share, the evaluator's own slack (``CAP_SLACK``)
-CAP_TOLERANCE = 1e-9
-HIGHS_OPTIONS = {"mip_rel_gap": 1e-7, "mip_abs_gap": 0.0, "primal_feasibility_tolerance": CAP_TOLERANCE,
-                 "mip_feasibility_tolerance": CAP_TOLERANCE}
+#: HiGHS's options for every MILP of the project. Its feasibility tolerances stay at their
+#: defaults (1e-7 primal, 1e-6 MIP): at 1e-9 HiGHS called a feasible 22-arc model infeasible
+#: (a random instance of the differential bed). The caps' rows are scaled to a right-hand side
+#: of 1, so what a plan may pass a cap by is relative to the cap; the evaluator checks every
+#: plan, and one over a cap is never reported as a solution (``milp_planner.certificate``).
+HIGHS_OPTIONS = {"mip_rel_gap": 1e-7, "mip_abs_gap": 0.0}
 
 
 def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,
@@ -107,8 +108,8 @@ def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,
                                + sum(sg.terminals[t].gather_s * m.end[t] for t in m.TERM))
     m.energy = pyo.Expression(expr=sum(sg.arcs[a].energy * m.x[a] for a in arc_ids)
                               + sum(sg.terminals[t].energy * m.end[t] for t in m.TERM))
-    # caps as rows scaled to a right-hand side of 1, so the solver's feasibility tolerance
-    # (``CAP_TOLERANCE``) is relative to the cap, as the evaluator's slack is
+    # caps as rows scaled to a right-hand side of 1, so the solver's feasibility tolerance is
+    # relative to the cap, as the evaluator's slack is
     if inst.constraints.latency_s is not None:
         m.latency_cap = pyo.Constraint(expr=m.latency / float(inst.constraints.latency_s) <= 1.0)
     if inst.constraints.energy_j is not None:

@@ -218,6 +218,11 @@ def needed_rows(graph) -> dict[int, int]:
     compute the rows below their own readers' needs skip the rows between. So the needed rows
     are walked row by row (the interval ``input_rows`` of each needed output row, unioned), not
     as the one interval the whole-stage geometry computes. Rows are at most a few thousand."""
+    return {lid: len(rows) for lid, rows in needed_row_sets(graph).items()}
+
+
+def needed_row_sets(graph) -> dict[int, frozenset[int]]:
+    """Per layer, the rows of its output the graph outputs need (``needed_rows`` counts them)."""
     key = id(graph)
     hit = _NEEDED.get(key)
     if hit is not None and hit[0] is graph:
@@ -238,13 +243,26 @@ def needed_rows(graph) -> dict[int, int]:
                 a, b = input_rows(reader.rowdep, (r, r + 1), layer.rows)
                 rows.update(range(a, b))
         need[layer.id] = rows
-    out = {lid: len(rows) for lid, rows in need.items()}
+    out = {lid: frozenset(rows) for lid, rows in need.items()}
     _NEEDED.clear()
     _NEEDED[key] = (graph, out)
     return out
 
 
 _NEEDED: dict[int, tuple] = {}  # the last graph's needed rows (its identity, checked)
+
+
+def rows_read(graph, layer, tensor: str) -> int:
+    """How many rows of ``tensor`` (an input of ``layer``) any part computing all of the
+    layer's needed rows reads, at least (every row when the layer is not row-splittable)."""
+    h_in = graph.tensor_rows(tensor)
+    if not layer.row_splittable:
+        return h_in
+    read: set[int] = set()
+    for r in needed_row_sets(graph)[layer.id]:
+        a, b = input_rows(layer.rowdep, (r, r + 1), h_in)
+        read.update(range(a, b))
+    return len(read)
 
 
 def _time_floors(instance: Instance) -> list[dict[int, _Affine]]:
