@@ -226,13 +226,17 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, help="at most this many mutants (a smoke run)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds a mutant's tests may take")
     p.add_argument("--list", action="store_true", help="list the mutation sites and stop")
+    p.add_argument("--rerun", metavar="LOG", nargs="+",
+                   help="only the mutants these earlier logs say survived (file:line and operator)")
     args = p.parse_args(argv)
     plan = []
+    wanted = _survivors(args.rerun) if args.rerun else None
     for group, file, names, ops, tests in TARGETS:
         if args.only and group != args.only:
             continue
         for s in sites(ROOT / file, names, ops):
-            plan.append((group, file, names, ops, tests, s))
+            if wanted is None or (file, s.line, s.what) in wanted:
+                plan.append((group, file, names, ops, tests, s))
     if args.list:
         for group, file, _, _, _, s in plan:
             print(f"{group} {file}:{s.line} {s.what}")
@@ -258,6 +262,19 @@ def main(argv=None) -> int:
         Path(args.out).write_text(text)
     print(text)
     return 0
+
+
+def _survivors(logs: list[str]) -> set[tuple[str, int, str]]:
+    """(file, line, operator) of every mutant a log's progress lines say survived."""
+    import re
+
+    out = set()
+    for log in logs:
+        for line in Path(log).read_text().splitlines():
+            m = re.match(r"\[\d+/\d+\] (\S+):(\d+) (.+): survived", line)
+            if m:
+                out.add((m.group(1), int(m.group(2)), m.group(3)))
+    return out
 
 
 def render(outcomes: list[Outcome], seconds: float, args) -> str:

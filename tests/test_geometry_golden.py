@@ -191,3 +191,16 @@ def test_random_models_split_reproduce_onnxruntime(seed, tmp_path):
         got = execute_sequential(folder, next(iter(inputs.values())))
         scale = max(1.0, max(float(np.max(np.abs(v))) for v in want.values()))
         assert max_abs_err(got, want) < 1e-4 * scale, plan.to_dict()
+
+
+def test_a_part_owning_an_empty_slice_computes_nothing_of_that_layer():
+    # l0: x -> a (2 rows, read only by a later stage); l1: x -> b (8 rows, the stage's last); l2: a + b
+    up = Layer(2, "l2", "Resize", ("a",), "a8", (1, 1, 8, 1), ops=1,
+               rowdep=RowDep("resize", factor_num=4, factor_den=1), row_splittable=True)
+    g = graph([conv(0, "x", "a", (1, 1, 2, 1), k=4, s=4, p=0), conv(1, "x", "b", (1, 1, 8, 1)), up,
+               elementwise(3, "Add", ("a8", "b"), "y", (1, 1, 8, 1))], (1, 1, 8, 1), ["y"])
+    first, rest = StageGeometry(g).parts(0, 1, "rows", [(0, 1), (1, 8)])
+    # a is cut at round(1 * 2 / 8) = 0: the first part owns none of it and computes none of it
+    assert first.owns["a"].rows == (0, 0) or first.owns["a"].empty
+    assert 0 not in first.computed and 0 not in first.fraction
+    assert rest.owns["a"].rows == (0, 2) and rows(rest, 0) == (0, 2)
