@@ -78,8 +78,16 @@ def magnitudes(sg: StageGraph, arcs: list[int] | None = None) -> tuple[float, fl
             sum(joules) + max((t.energy for t in ends), default=0.0))
 
 
-def _resolution(largest: float, typical: float) -> float:
-    return largest if not typical > 0 else min(largest, RELATIVE_RES * typical)
+#: the most units any plan's sum may reach: CP-SAT answered a wrong optimum (a memory optimum
+#: under a period cap, 520 bytes for 504) once its loads reached 2e10 units
+MAX_UNITS = 2**31
+
+
+def _resolution(largest: float, typical: float, most: float) -> float:
+    """The unit: at most ``largest`` and ``RELATIVE_RES`` of ``typical``, and at least what
+    keeps ``most`` (the largest sum any plan reaches) within ``MAX_UNITS``."""
+    unit = largest if not typical > 0 else min(largest, RELATIVE_RES * typical)
+    return max(unit, most / MAX_UNITS)
 
 
 def build_cpsat(sg: StageGraph, objective: str, arcs: list[int] | None = None,
@@ -87,13 +95,15 @@ def build_cpsat(sg: StageGraph, objective: str, arcs: list[int] | None = None,
     """A CP-SAT model of the plan space ``sg`` (restricted to ``arcs`` when given); ``typical``:
     a plan's (seconds, joules) that sets the units (default ``magnitudes(sg)``)."""
     inst = sg.instance
-    seconds, joules = typical if typical is not None else magnitudes(sg)
+    most_s, most_j = magnitudes(sg)  # every layer at its dearest arc: no plan sums more
+    seconds, joules = typical if typical is not None else (most_s, most_j)
     for cap in (inst.constraints.latency_s, inst.constraints.period_s):
         if cap is not None:
             seconds = max(seconds, float(cap))
     if inst.constraints.energy_j is not None:
         joules = max(joules, float(inst.constraints.energy_j))
-    time_res, energy_res = _resolution(TIME_RES, seconds), _resolution(ENERGY_RES, joules)
+    time_res = _resolution(TIME_RES, seconds, most_s)
+    energy_res = _resolution(ENERGY_RES, joules, most_j)
     n_dev = len(inst.devices)
     n_layers = len(inst.graph.layers)
     arc_ids = list(range(len(sg.arcs))) if arcs is None else list(arcs)
