@@ -655,7 +655,16 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     started = time.perf_counter()
 
+    shown = [0]
+
     def progress(t: Tally) -> None:
+        for f in t.findings[shown[0]:]:  # each finding as soon as its case ends
+            print(f"\nFINDING {f.case} {f.check} {f.what}: {f.detail.splitlines()[0][:500]}", file=sys.stderr)
+            spec = getattr(f, "spec", None)
+            if args.save_failures and spec is not None:
+                Path(args.save_failures).mkdir(parents=True, exist_ok=True)
+                save_spec(spec, Path(args.save_failures) / f"{spec['name']}.json")
+        shown[0] = len(t.findings)
         print(f"\r{t.cases} cases, {len(t.findings)} findings, {time.perf_counter() - started:.0f} s",
               end="", file=sys.stderr, flush=True)
 
