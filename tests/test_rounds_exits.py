@@ -249,3 +249,41 @@ def test_an_uncertified_round_reports_its_bound_not_the_plan_value(monkeypatch):
     if expected >= res.value * (1 - 1e-6):
         pytest.skip("the floor alone proves this plan optimal")
     assert res.status == "feasible" and res.bound == pytest.approx(expected)
+
+
+def test_a_time_out_before_any_plan_returns_the_single_device_plan_and_what_was_proven(monkeypatch):
+    from milp_planner.cost.floors import lower_floor
+    from milp_planner.planners import exact, get_planner
+
+    inst = _instance()
+    best = get_planner("bruteforce").solve(inst, objective="latency").value
+    floor = lower_floor(inst, "latency").value
+    proven = (floor + best) / 2  # above every floor, below the optimum
+
+    def stopped(*a, **k):
+        raise SpaceTimeout(proven)
+
+    monkeypatch.setattr(exact, "explore", stopped)
+    res = exact.DPPlanner(anytime=False).solve(inst, objective="latency")
+    assert res.status == "timeout" and res.plan is not None
+    assert len({p.device for s in res.plan.stages for p in s.parts}) == 1
+    assert res.bound == pytest.approx(proven) and res.bound_source == "rounds"
+    assert "proven bound" in res.message
+
+
+def test_a_time_out_before_any_plan_never_returns_a_plan_over_the_caps(monkeypatch):
+    from dataclasses import replace
+
+    from milp_planner.planners import exact, get_planner
+
+    inst = _instance()
+    one = get_planner("offload").solve(inst, objective="latency").metrics
+    cap = min(v for v in one.memory_bytes.values() if v) - 1  # every single-device plan breaks it
+    inst.devices = tuple(replace(d, memory_bytes=cap) for d in inst.devices)
+
+    def stopped(*a, **k):
+        raise SpaceTimeout(None)
+
+    monkeypatch.setattr(exact, "explore", stopped)
+    res = exact.DPPlanner(anytime=False).solve(inst, objective="latency")
+    assert res.plan is None and res.status == "timeout" and "no plan yet" in res.message
