@@ -516,9 +516,18 @@ def check_cli(case: Case, tally: Tally, rng: random.Random, folder: Path) -> Non
         tally.findings.append(Finding(case.name, "cli", what, f"not JSON: {out.getvalue()[:300]}"))
         return
     ref = case.optimum(objective)
-    if ref is not None and data.get("objective") is not None and abs(data["objective"] - ref) > 1e-6 * ref + \
-            float(data.get("info", {}).get("tolerance", 0) or 0):
-        tally.findings.append(Finding(case.name, "cli", what, f"objective {data['objective']!r}, optimum {ref!r}"))
+    tol = 0.0 if ref is None else 1e-6 * ref
+    if ref is not None and data.get("status") == "optimal" and abs(data["objective"] - ref) > tol:
+        tally.findings.append(Finding(case.name, "cli", what, f"status optimal at {data['objective']!r}, "
+                                                              f"the optimum is {ref!r}"))
+    if ref is not None and data.get("bound") is not None and data["bound"] > ref + tol:
+        tally.findings.append(Finding(case.name, "cli", what, f"bound {data['bound']!r} above the optimum {ref!r}"))
+    claims_plan = data.get("plan") is not None and data.get("status") in ("optimal", "feasible", "timeout")
+    if ref is None and claims_plan:
+        tally.findings.append(Finding(case.name, "cli", what, f"status {data['status']} with a plan where none "
+                                                              "meets the caps"))
+    if ref is not None and data.get("status") == "infeasible":
+        tally.findings.append(Finding(case.name, "cli", what, "status infeasible where a plan meets the caps"))
     for b in data.get("baselines", []):
         if b.get("status") == "error" and "internal error" in (b.get("message") or ""):
             tally.findings.append(Finding(case.name, "cli", what, f"baseline {b['planner']}: {b['message']}"))
