@@ -65,6 +65,7 @@ def _out_of_time(sg: StageGraph, ctx: SolverContext, ws: WarmStart) -> GraphSolv
 
 #: plans over a cap (within the solver's tolerance) cut off and solved again, at most this often
 NOGOOD_ROUNDS = 16
+INT_LIMIT = 2.0**62  # CP-SAT's integers are int64: a bound beyond this is no bound
 
 
 def solve_highs(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, solver_name: str = "appsi_highs",
@@ -154,10 +155,12 @@ def solve_cpsat(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, fix_arcs: 
     if late is not None:
         return late
     cm = build_cpsat(sg, obj, arcs=keep, typical=magnitudes(sg, list(ws.arcs) if ws.arcs else None))
-    if cut is not None and obj == "memory":  # bytes, exact: every device within the cutoff
+    # (a cutoff past what an int64 holds cuts nothing: the rounds' bound doubles while they find
+    # no plan, and reached 5e21 bytes on a random instance whose caps no plan meets)
+    if cut is not None and obj == "memory" and loose(cut) < INT_LIMIT:  # bytes, exact: every device within it
         for mem in cm.memory.values():
             cm.model.Add(mem <= math.floor(loose(cut)))
-    elif cut is not None:
+    elif cut is not None and obj != "memory" and loose(cut) * cm.scale < INT_LIMIT:
         cm.model.Add(getattr(cm, obj) <= math.ceil(loose(cut) * cm.scale + (cm.n_layers + 1) * 0.5))
     if ws.feasible:
         chosen = set(ws.arcs)
