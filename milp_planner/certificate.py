@@ -91,22 +91,3 @@ def certify(value: float | None, feasible: bool | None, proofs: Iterable[Proof |
     if gap is not None and gap <= OPTIMAL_GAP:
         return Certificate("optimal", bound, source)
     return Certificate("timeout" if stopped else "feasible", bound, source)
-
-
-class SearchStopped(Exception):
-    """The rounds stopped before any plan; ``lower`` is what was proven (None: nothing)."""
-
-    def __init__(self, message: str, lower: float | None):
-        super().__init__(message)
-        self.lower = lower
-
-
-class SpaceTimeout(SearchStopped):
-    """The time limit ran out while enumerating the space; ``lower`` is what was proven."""
-
-    def __init__(self, lower: float | None):
-        super().__init__("the time limit ran out while enumerating the plan space", lower)
-
-
-class MemoryStop(SearchStopped):
-    """The memory budget (``formulations.budget``) was hit before any plan."""
