@@ -74,7 +74,7 @@ def solve_highs(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, solver_nam
     warm start loaded, solved by Pyomo's ``solver_name`` (HiGHS by default)."""
     import pyomo.environ as pyo
 
-    from formulations.milp import HIGHS_OPTIONS, build_milp, fresh_highs_threads, objective_unscale, solution_arcs
+    from formulations.milp import build_milp, fresh_highs_threads, highs_options, objective_unscale, solution_arcs
 
     obj = ctx.objective
     cut = cutoff(sg, obj, ws)
@@ -100,7 +100,7 @@ def solve_highs(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, solver_nam
     if solver_name == "appsi_highs":
         # the legacy solve() resets the config from its arguments: pass them there
         fresh_highs_threads()
-        solver.highs_options = {"threads": max(1, ctx.threads), **HIGHS_OPTIONS}
+        solver.highs_options = {"threads": max(1, ctx.threads), **highs_options(len(m.ARCS))}
         kw = {"timelimit": None if remaining is None else max(1.0, remaining), "tee": log,
               "warmstart": ws.feasible}
     m.nogood = pyo.ConstraintList()

@@ -36,13 +36,23 @@ import pyomo.environ as pyo
 
 from formulations.additive_caps import arcs_over_caps
 from formulations.stagegraph import StageGraph
+from milp_planner.highs import PRESOLVE_RULES_OFF
 
 #: HiGHS's options for every MILP of the project. Its feasibility tolerances stay at their
 #: defaults (1e-7 primal, 1e-6 MIP): at 1e-9 HiGHS called a feasible 22-arc model infeasible
 #: (a random instance of the differential bed). The caps' rows are scaled to a right-hand side
 #: of 1, so what a plan may pass a cap by is relative to the cap; the evaluator checks every
 #: plan, and one over a cap is never reported as a solution (``milp_planner.certificate``).
-HIGHS_OPTIONS = {"mip_rel_gap": 1e-7, "mip_abs_gap": 0.0}
+#: models of at most this many arcs are solved without presolve at all (it saves nothing there,
+#: and a wrong presolve reduction is the likeliest way for HiGHS to misstate an optimum:
+#: ``milp_planner.highs``); larger ones without its reductions known to have been wrong
+PRESOLVE_MIN_ARCS = 5000
+HIGHS_OPTIONS = {"mip_rel_gap": 1e-7, "mip_abs_gap": 0.0, "presolve_rule_off": PRESOLVE_RULES_OFF}
+
+
+def highs_options(n_arcs: int) -> dict:
+    """``HIGHS_OPTIONS`` for a model of ``n_arcs`` stage arcs."""
+    return {**HIGHS_OPTIONS, **({"presolve": "off"} if n_arcs <= PRESOLVE_MIN_ARCS else {})}
 
 
 def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,

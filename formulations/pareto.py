@@ -267,7 +267,7 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
 
     from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget
     from formulations.certificate import disagreement, finite
-    from formulations.milp import HIGHS_OPTIONS, build_milp, fresh_highs_threads, objective_unscale, solution_arcs
+    from formulations.milp import build_milp, fresh_highs_threads, highs_options, objective_unscale, solution_arcs
     from milp_planner.certificate import Proof, certify
     from formulations.stagegraph import SpaceTooLarge, build_stage_graph
     from milp_planner.planners.base import PlanResult
@@ -288,7 +288,7 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
     m = build_milp(sg, objective)
     solver = pyo.SolverFactory("appsi_highs")
     fresh_highs_threads()
-    solver.highs_options = {"threads": 1, **HIGHS_OPTIONS}
+    solver.highs_options = {"threads": 1, **highs_options(len(m.ARCS))}
     left = None if deadline is None else max(1.0, deadline - time.perf_counter())
     results = solver.solve(m, load_solutions=False, timelimit=left, tee=False)
     tc = str(results.solver.termination_condition)

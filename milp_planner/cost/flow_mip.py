@@ -86,6 +86,7 @@ from typing import NamedTuple
 import numpy as np
 
 from milp_planner.cost.flow import FlowFloor, _FlowLP, _LPFailed
+from milp_planner.highs import PRESOLVE_RULES_OFF
 from milp_planner.instance import Instance
 
 MIP_MARGIN = 1e-6  # relative, on HiGHS's dual bound (see the module docstring)
@@ -552,6 +553,7 @@ class _FlowMIP:
         h.setOptionValue("output_flag", False)
         h.setOptionValue("time_limit", float(left))
         h.setOptionValue("threads", 1)
+        h.setOptionValue("presolve_rule_off", PRESOLVE_RULES_OFF)  # (milp_planner.highs)
         try:
             h.passModel(mdl)
             h.run()
