@@ -17,11 +17,15 @@ def explain_infeasible(sg: StageGraph, deadline: float | None = None) -> str:
     """Why no plan of the space is feasible, in terms a user can act on; it stops looking
     (and says less) past ``deadline``, a ``time.perf_counter()`` value."""
     inst = sg.instance
+    whole = sg.upper is None
     if sg.upper is not None or any(c is not None for c in (d.memory_bytes for d in inst.devices)):
         try:  # the whole space, arcs that overflow a cap included: they say what would fit
-            sg = build_stage_graph(inst, max_arcs=1_000_000, deadline=deadline)
+            sg, whole = build_stage_graph(inst, max_arcs=1_000_000, deadline=deadline), True
         except (PlannerError, TimeoutError):
             pass
+    if not whole or not sg.terminals:
+        return ("no plan of the space meets the caps (the time left did not allow listing the whole space "
+                "to say which cap binds)")
     msgs = []
     n_layers = len(inst.graph.layers)
     caps = [dev.memory_bytes if inst.constraints.memory else None for dev in inst.devices]

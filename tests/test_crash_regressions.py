@@ -91,3 +91,16 @@ def test_a_failing_comparison_is_reported_on_its_line(monkeypatch):
     assert row.value is not None
     if row.in_space is False:
         assert "internal error computing the reference" in row.message
+
+
+def test_the_infeasibility_explanation_without_time_to_list_the_space():
+    """A run out of time explains an infeasible space from a bounded graph with no plan in it
+    (min() of no terminals, seen under a 6 ms limit on a random instance): a sentence, no crash."""
+    from formulations.diagnosis import explain_infeasible
+    from formulations.stagegraph import build_stage_graph
+
+    inst = build_instance(random_spec(3))
+    sg = build_stage_graph(inst, objective="latency", upper=1e-12, drop_overflow=True)
+    assert not sg.terminals
+    text = explain_infeasible(sg, deadline=time.perf_counter() - 1.0)
+    assert "no plan of the space meets the caps" in text
