@@ -71,6 +71,7 @@ from milp_planner.model.graph import LayerGraph
 from milp_planner.model.onnx.importer import Importer
 from milp_planner.model.onnx.reading import check_model, load_model
 from milp_planner.model.onnx.tensors import ModelWarning
+from milp_planner.model.onnx.validate import check_shapes
 
 __all__ = ["import_onnx", "ModelWarning"]
 
@@ -97,4 +98,6 @@ def import_onnx(
         if not input_shape or any(d <= 0 for d in input_shape):
             raise PlannerError(f"{label}: input shape {input_shape} must be positive integers")
     check_model(proto, label)
-    return Importer(proto, label, gname, input_shape).run()
+    importer = Importer(proto, label, gname, input_shape)
+    check_shapes(proto, importer.t.shape, label)  # weights against the inferred shapes (validate.py)
+    return importer.run()
