@@ -35,12 +35,53 @@ def session_options():
 
 
 def load_session(path: Path):
+    """An onnxruntime session of the sub-model ``path`` (a regular file, checked first)."""
     import onnxruntime as ort
 
+    from milp_planner.io import check_input_file, printable
+
+    check_input_file(path, "a sub-model", 2**31 - 1)
     try:
         return ort.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
     except Exception as e:
-        raise PlannerError(f"{path}: onnxruntime cannot load it ({str(e).splitlines()[0][:160]})") from None
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise PlannerError(f"{printable(path)}: onnxruntime cannot load it ({printable(reason)})") from None
+
+
+NPY_HEADER_BYTES = 64 * 1024  # a .npy header is at most this (numpy allows 4 GiB; real ones are < 1 kB)
+
+
+def read_input_array(path, shape) -> np.ndarray:
+    """The array in the ``.npy`` file ``path`` for an input of ``shape``, as float32.
+
+    Only a regular ``.npy`` file of at most the bytes such an array can take (float64) is
+    read, without pickles; an ``.npz`` archive, text, objects, another shape or a FIFO is one
+    ``PlannerError`` line naming the file.
+    """
+    from milp_planner.io import check_input_file, printable
+
+    path = Path(path)
+    label = printable(path)
+    limit = int(np.prod(shape)) * 16 + NPY_HEADER_BYTES  # complex128 is the widest number type
+    check_input_file(path, "an input array (.npy)", limit)
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic[:2] == b"PK":
+        raise PlannerError(f"{label}: an .npz archive; give the input as one .npy array (numpy.save)")
+    if magic != b"\x93NUMPY":
+        raise PlannerError(f"{label}: not a .npy array file (numpy.save writes one)")
+    try:
+        arr = np.load(path, allow_pickle=False, mmap_mode=None)
+    except (OSError, ValueError, EOFError) as e:
+        reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+        raise PlannerError(f"{label}: cannot read the input array ({reason})") from None
+    if not isinstance(arr, np.ndarray):
+        raise PlannerError(f"{label}: not a single array")
+    if arr.dtype.kind not in "biuf":
+        raise PlannerError(f"{label}: holds {arr.dtype} values, not numbers")
+    if tuple(arr.shape) != tuple(shape):
+        raise PlannerError(f"{label}: shape {tuple(arr.shape)}, the model's input has {tuple(shape)}")
+    return np.ascontiguousarray(arr, dtype=np.float32)
 
 
 def make_inputs(manifest: Manifest, input=None) -> dict[str, np.ndarray]:
@@ -49,16 +90,14 @@ def make_inputs(manifest: Manifest, input=None) -> dict[str, np.ndarray]:
     for k, (t, shape) in enumerate(manifest.inputs.items()):
         if input is not None and k == 0:
             if isinstance(input, (str, Path)):
-                try:
-                    arr = np.load(input)
-                except (OSError, ValueError) as e:
-                    raise PlannerError(f"{input}: cannot read the input array ({e})") from None
+                arr = read_input_array(input, shape)
             else:
                 arr = np.asarray(input)
-            arr = np.asarray(arr, dtype=np.float32)
-            if tuple(arr.shape) != tuple(shape):
-                raise PlannerError(f"{input if isinstance(input, (str, Path)) else 'input'}: shape "
-                                   f"{tuple(arr.shape)}, the model's input '{t}' has {tuple(shape)}")
+                if arr.dtype.kind not in "biuf":
+                    raise PlannerError(f"input: holds {arr.dtype} values, not numbers")
+                arr = np.asarray(arr, dtype=np.float32)
+                if tuple(arr.shape) != tuple(shape):
+                    raise PlannerError(f"input: shape {tuple(arr.shape)}, the model's input '{t}' has {tuple(shape)}")
         else:
             arr = np.random.default_rng(k).standard_normal(shape, dtype=np.float32)
         out[t] = arr
