@@ -227,12 +227,13 @@ class Manifest:
         """Every file the manifest names: the sub-models, then the reference model."""
         return [p.model for s in self.stages for p in s.parts if p.model] + [self.reference_model]
 
-    def check_files(self, folder) -> dict[str, int]:
-        """Each named file inside ``folder``, regular, at most 2 GiB; their sizes."""
+    def check_files(self, folder, only=None) -> dict[str, int]:
+        """Each named file (or those in ``only``) inside ``folder``, regular, at most 2 GiB;
+        their sizes."""
         from milp_planner.io import check_input_file, inside
 
         sizes = {}
-        for rel in self.model_files():
+        for rel in self.model_files() if only is None else only:
             path = inside(Path(folder), rel, f"{Path(folder) / 'manifest.json'}: model file")
             sizes[rel] = check_input_file(path, "a sub-model", MAX_SUBMODEL_BYTES)
         return sizes
