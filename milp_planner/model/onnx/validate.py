@@ -7,7 +7,9 @@ shape inference:
 * every tensor is produced once: by a graph input, an initializer or one node output;
 * every tensor a node reads is produced before it (the nodes are in topological order, as the
   ONNX IR requires), and every graph output is produced;
-* at most ``MAX_NODES`` nodes (the stated memory budget of an import: about 10 kB per node);
+* at most ``MAX_NODES`` nodes, and the import's estimated memory (``NODE_BYTES`` a node, four
+  times the graph's bytes without weights, ``IMPORT_BASE_BYTES``) within the memory budget
+  (``milp_planner.limits``: 4 GB, lowered to ``ulimit -v`` and the cgroup);
 * every initializer holds the data its type and dims declare (inline data of the right length);
   dims are >= 0.
 
@@ -41,6 +43,8 @@ from milp_planner.errors import PlannerError
 from milp_planner.io import printable
 
 MAX_NODES = 200_000
+NODE_BYTES = 4_000  # memory of an import per node (measured: 3.3 kB at 150,000 nodes)
+IMPORT_BASE_BYTES = 200 * 10**6
 NO_DATA = "__milp_planner_no_data__"  # a dims-only stub (skim, zoo models without weights)
 
 # bytes per element of the fixed-size types
@@ -84,6 +88,10 @@ def check_structure(proto: onnx.ModelProto, label: str, base_dir: Path | None = 
     if len(g.node) > MAX_NODES:
         raise PlannerError(f"{label}: {len(g.node):,} nodes, more than the {MAX_NODES:,} an import handles "
                            "(its memory budget)")
+    from milp_planner.limits import check_need
+
+    check_need(IMPORT_BASE_BYTES + NODE_BYTES * len(g.node) + 4 * proto.ByteSize(),
+               f"{label}: an import of {len(g.node):,} nodes")
     names: dict[str, int] = {}
     for i, n in enumerate(g.node):
         if n.name:
