@@ -64,10 +64,13 @@ def report_output(out, inputs=(), cache_dir=None):
     if cache_dir is not None:
         try:
             rel = Path(os.path.abspath(cache_dir)).relative_to(Path(os.path.abspath(out)))
-            if rel.parts:
-                keep = [rel.parts[0]]
         except ValueError:
             keep = []
+        else:
+            if not rel.parts:
+                raise PlannerError(f"--cache {cache_dir}: is the --out folder itself; give the cache its own "
+                                   "folder (default: OUT/.cache)")
+            keep = [rel.parts[0]]
     return OutputDir(out, "report", inputs, keep=keep)
 
 
