@@ -238,13 +238,30 @@ def _replace_model(make: Callable[[Path], None]) -> Callable[[Path], None]:
 # -- checks ----------------------------------------------------------------------------------
 
 
-def _marker_lists_all(folder: str) -> Callable:
-    """The output folder holds exactly the files its marker lists (and a manifest for deploy)."""
+def _marker_lists_all(folder: str, needed=()) -> Callable:
+    """The output folder is whole: it holds the files in ``needed`` (``"manifest"``: a manifest
+    and every file it names) and, when it has a marker (``.milp-planner-output.json``), exactly
+    the files the marker lists."""
     def check(res) -> str | None:
         d = res.dir / folder
+        if not d.is_dir():
+            return f"{folder} not written"
+        for name in needed:
+            if name == "manifest":
+                try:
+                    m = json.loads((d / "manifest.json").read_text())
+                    named = [p["model"] for s in m["stages"] for p in s["parts"] if p["model"]]
+                    named.append(m["reference_model"])
+                except (OSError, ValueError, KeyError, TypeError) as e:
+                    return f"{folder}/manifest.json: {e}"
+                missing = [f for f in named if not (d / f).is_file()]
+                if missing:
+                    return f"{folder}: the manifest names {missing[0]}, which is not there"
+            elif not (d / name).is_file():
+                return f"{folder}/{name} not written"
         marker = d / ".milp-planner-output.json"
         if not marker.is_file():
-            return f"{folder}: no marker"
+            return None
         listed = set(json.loads(marker.read_text())["files"]) | {".milp-planner-output.json"}
         keep = set(json.loads(marker.read_text()).get("keep", []))
         have = {str(p.relative_to(d)) for p in d.rglob("*") if p.is_file()
@@ -349,7 +366,7 @@ RUN = ["run", "{dir}/dep", "--repeat", "1", "--timeout", "60"]
 PROFILE = ["profile", "zoo:tiny_chain", "--repeats", "1", "--warmup", "0", "--fractions", "1", "--no-context", "-q"]
 PARETO = ["pareto", "{dir}/i.yaml", "--objectives", "latency,energy", "--points", "2", "--time-limit", "20"]
 REPORT = ["report", "{dir}/i.yaml", "--planners", "offload", "-q", "--workers", "1", "--time-limit", "20"]
-OK_DEP = _marker_lists_all("dep")
+OK_DEP = _marker_lists_all("dep", ["manifest"])
 OK_FILES = {"i.yaml": instance(), "p.json": plan()}
 CASES: list[Case] = []
 
@@ -540,12 +557,17 @@ add(
          env={"MILP_PLANNER_DEPLOY_FAULT": "hang:0"}, outputs=[], limit=6 * 1.05 + SLACK + 6),
     Case("run_rank_fails", RUN, files={"dep": deployment()}, env={"MILP_PLANNER_DEPLOY_FAULT": "fail:1"},
          outputs=[], limit=60),
-    Case("run_sigint", RUN[:-2] + ["--repeat", "10000", "--timeout", "300"], files={"dep": deployment()},
-         signal=(signal.SIGINT, 6.0), outputs=[], limit=40),
-    Case("run_sigterm", RUN[:-2] + ["--repeat", "10000", "--timeout", "300"], files={"dep": deployment()},
-         signal=(signal.SIGTERM, 6.0), outputs=[], limit=40),
-    Case("run_sigint_early", RUN[:-2] + ["--repeat", "10000", "--timeout", "300"], files={"dep": deployment()},
-         signal=(signal.SIGINT, 2.0), outputs=[], limit=40, note="while the ranks start"),
+    # a rank that hangs keeps the run going until the signal comes
+    Case("run_sigint", ["run", "{dir}/dep", "--timeout", "300"], files={"dep": deployment()},
+         env={"MILP_PLANNER_DEPLOY_FAULT": "hang:0"}, signal=(signal.SIGINT, 6.0), outputs=[], limit=40),
+    Case("run_sigterm", ["run", "{dir}/dep", "--timeout", "300"], files={"dep": deployment()},
+         env={"MILP_PLANNER_DEPLOY_FAULT": "hang:1"}, signal=(signal.SIGTERM, 6.0), outputs=[], limit=40),
+    Case("run_sigint_early", ["run", "{dir}/dep", "--timeout", "300"], files={"dep": deployment()},
+         env={"MILP_PLANNER_DEPLOY_FAULT": "hang:0"}, signal=(signal.SIGINT, 1.5), outputs=[], limit=40,
+         note="while the ranks start"),
+    Case("run_sigterm_reading", ["run", "{dir}/dep", "--timeout", "300", "--check"], files={"dep": deployment()},
+         env={"MILP_PLANNER_DEPLOY_FAULT": "hang:0"}, signal=(signal.SIGTERM, 1.0), outputs=[], limit=40,
+         note="about when mpiexec starts"),
 )
 
 # ---- profile
@@ -644,7 +666,8 @@ add(
 )
 
 # ---- pareto
-PARETO_OK = _all(_marker_lists_all("front"), _file_has("front/front.json", "points"))
+PARETO_OK = _all(_marker_lists_all("front", ["front.csv", "front.json", "front.png"]),
+                _file_has("front/front.json", "points"))
 add(
     Case("pareto_ok", PARETO + ["--out", "{dir}/front"], "ok", {"i.yaml": instance()}, outputs=["front"],
          complete=PARETO_OK, limit=60),
@@ -674,7 +697,7 @@ add(
 )
 
 # ---- report
-REPORT_OK = _marker_lists_all("rep")
+REPORT_OK = _marker_lists_all("rep", ["report.html", "report.md", "results.csv"])
 add(
     Case("report_ok", REPORT + ["--out", "{dir}/rep"], "ok", {"i.yaml": instance()}, outputs=["rep"],
          complete=REPORT_OK, limit=90),

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from fuzz_corpus.cases import Case
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(os.environ.get("MILP_FUZZ_REPO") or Path(__file__).resolve().parents[2])  # the code under test
 OUTCOMES = ("clean error", "correct run", "traceback", "accepted nonsense", "refused valid",
             "unclear error", "hang", "overrun", "damage", "write outside", "half-written", "leftover process")
 CASE_MARKER = "MILP_FUZZ_CASE"
@@ -148,6 +148,9 @@ def classify(case: Case, res: Result, before: dict[str, str]) -> None:
     after = _snapshot(res.dir)
     if res.rc is None:
         res.outcome, res.reason = "hang", "no exit within the time limit"
+        return
+    if case.signal is not None and res.rc == -case.signal[0] and not res.stderr.strip() and not res.leftovers:
+        res.outcome, res.reason = "clean error", "ended by the signal before it could answer it"
         return
     if _is_traceback(res.stderr) or res.rc not in (0, 1, 2, 130, 143):
         last = res.stderr.strip().splitlines()[-1:] or [f"exit {res.rc}"]

@@ -14,8 +14,11 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+import os  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+# MILP_FUZZ_REPO: run the corpus against another checkout (the BEFORE column of TALLY30.md)
+sys.path.insert(0, os.environ.get("MILP_FUZZ_REPO") or str(Path(__file__).resolve().parents[2]))
 
 from fuzz_corpus.runner import OUTCOMES, run_all  # noqa: E402
 

@@ -16,11 +16,14 @@ import sys
 import time
 from pathlib import Path
 
+import os
+
 ROOT = Path(__file__).resolve().parents[2]
+CODE = Path(os.environ.get("MILP_FUZZ_REPO") or ROOT)  # the checkout under test (its folder is the cwd)
 
 
 def main() -> int:
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(CODE))
     from milp_planner.planners import planner_names
 
     ap = argparse.ArgumentParser(description=__doc__)
@@ -38,7 +41,7 @@ def main() -> int:
                str(args.time_limit), "--compare", "none", "--json", "-q"]
         t0 = time.monotonic()
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=allowed * 10 + 60, cwd=ROOT)
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=allowed * 10 + 60, cwd=CODE)
             wall = time.monotonic() - t0
             try:
                 out = json.loads(p.stdout)
