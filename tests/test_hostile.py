@@ -21,7 +21,6 @@ from fuzz_corpus.commands import plan as plan_text
 from fuzz_corpus.onnx_models import model as onnx_model
 from milp_planner.cli import main
 from milp_planner.errors import PlannerError
-from milp_planner.io import OutputDir, csv_cell, markdown_text, printable, read_text_bounded, safe_filename
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,6 +51,8 @@ def files(tmp_path):
 @pytest.mark.parametrize("name", ["..", ".", "a/b", "/etc/passwd", "a\\b", "", "CON", "nul.txt", ".ssh", "-rf",
                                   "x" * 500, "ключ", "\x1b[2J", "a\0b"])
 def test_safe_filename_is_one_harmless_component(name):
+    from milp_planner.io import safe_filename
+
     out = safe_filename(name)
     assert out and "/" not in out and "\\" not in out and out not in (".", "..")
     assert not out.startswith((".", "-")) and len(out) <= 64
@@ -60,6 +61,8 @@ def test_safe_filename_is_one_harmless_component(name):
 
 
 def test_safe_filename_never_collides():
+    from milp_planner.io import safe_filename
+
     taken: set[str] = set()
     names = ["x y", "x_y", "x/y", "X_Y", "x__y", "results"]
     out = [safe_filename(n, taken, reserved=("results",)) for n in names]
@@ -136,22 +139,18 @@ def test_failed_deploy_leaves_nothing_half_written(files, capsys, monkeypatch):
     """Before: a deploy failing half way left sub-models without a manifest."""
     import milp_planner.deploy.build as build
 
-    calls = []
+    def failing(*a, **k):  # the README comes after the sub-models, the reference and the hostfile
+        raise PlannerError("injected failure while writing the folder")
 
-    def failing(*a, **k):
-        calls.append(1)
-        if len(calls) == 2:
-            raise PlannerError("injected failure after the first sub-model")
-        return real(*a, **k)
-
-    real = build.build_submodel
-    monkeypatch.setattr(build, "build_submodel", failing)
+    monkeypatch.setattr(build, "_readme", failing)
     code, _, err = cli(capsys, "deploy", files / "i.yaml", files / "p.json", "--out", files / "dep")
     assert code == 2 and "injected" in err
     assert sorted(p.name for p in files.iterdir()) == ["i.yaml", "p.json"]  # no dep, no temporary folder
 
 
 def test_output_dir_swap_keeps_old_content_on_failure(tmp_path):
+    from milp_planner.io import OutputDir
+
     out = tmp_path / "o"
     with OutputDir(out, "t") as od:
         od.write("a.txt", "1")
@@ -260,6 +259,8 @@ def test_onnx_from_a_fifo_or_dev_zero_is_refused_at_once(tmp_path, capsys):
 
 
 def test_reads_refuse_nul_loops_and_special_files(tmp_path):
+    from milp_planner.io import read_text_bounded
+
     (tmp_path / "loop").symlink_to("loop")
     with pytest.raises(PlannerError, match="loop of symbolic links"):
         read_text_bounded(tmp_path / "loop")
@@ -396,7 +397,7 @@ def test_threads_beyond_the_address_space_are_refused(tmp_path):
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (4 * 10**9, 4 * 10**9)); "
             "from milp_planner.cli import main; sys.exit(main(sys.argv[1:]))")
     p = subprocess.run([sys.executable, "-c", code, "solve", str(tmp_path / "i.yaml"), "--threads", "1024", "-q"],
-                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert p.returncode == 2, p.stderr[-500:]
     one_line_error(p.stderr, "--threads", "ulimit -v")
 
@@ -405,6 +406,8 @@ def test_threads_beyond_the_address_space_are_refused(tmp_path):
 
 
 def test_printable_markdown_and_csv_escapes():
+    from milp_planner.io import csv_cell, markdown_text, printable
+
     assert printable("a\x1b[31mb\r\u202e") == "a\\x1b[31mb\\x0d\\u202e"
     assert markdown_text("<script>x</script>") == "\\<script\\>x\\</script\\>"
     assert markdown_text("[a](javascript:x)") == "\\[a\\](javascript:x)"
@@ -427,7 +430,8 @@ def test_model_warnings_are_one_line_without_source(tmp_path):
     (tmp_path / "i.yaml").write_text("model: m.onnx\ndevices:\n  - {name: a, profile: rpi4}\n"
                                      "network: {bandwidth_mbps: 100}\n")
     p = subprocess.run([sys.executable, "-m", "milp_planner", "solve", str(tmp_path / "i.yaml"), "--planner",
-                        "offload", "-q", "--compare", "none"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+                        "offload", "-q", "--compare", "none"], capture_output=True, text=True, timeout=120,
+                       cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     lines = p.stderr.strip().splitlines()
     assert lines and all(ln.startswith("milp-planner: warning: ") for ln in lines), lines

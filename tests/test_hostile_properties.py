@@ -21,7 +21,7 @@ from fuzz_corpus.commands import plan as plan_text
 from milp_planner.errors import PlannerError
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70)
+    st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70) | st.integers(0, 40).map(float)
     | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
     | st.sampled_from(["..", "/etc/passwd", "../x.onnx", "external", "pi4", "pi5", "input", "float16", "rows"]),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
@@ -52,8 +52,11 @@ def mutated(draw, doc):
         parent = doc
         for k in path[:-1]:
             parent = parent[k]
-        kind = draw(st.sampled_from(["replace", "replace", "delete", "add"]))
-        if kind == "replace":
+        kind = draw(st.sampled_from(["replace", "replace", "delete", "add", "float"]))
+        if kind == "float":  # 16 -> 16.0: JSON Schema counts it as an integer
+            v = parent[path[-1]]
+            parent[path[-1]] = float(v) if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**53 else v
+        elif kind == "replace":
             parent[path[-1]] = draw(JSON)
         elif kind == "delete":
             del parent[path[-1]]
