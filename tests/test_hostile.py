@@ -526,6 +526,7 @@ def test_a_huge_cost_table_is_refused(tmp_path):
     ("weight_short_typed", "(4 elements) but holds 2"),
     ("gemm_mismatch", "inner dimensions 192 and 100 differ"),
     ("bn_mismatch", "has 4 channels but its parameter 's' has shape 7"),
+    ("lstm_yh_only", "node 'lstm' (LSTM) leaves its first output unnamed"),
 ])
 def test_invalid_onnx_is_refused_before_counting(tmp_path, kind, message):
     """Before: all of these were accepted and counted (or ended in an internal error)."""

@@ -128,6 +128,10 @@ def model(kind: str) -> onnx.ModelProto:
         nodes = [helper.make_node("LSTM", ["x", "W", "R"], ["y"], name="lstm", hidden_size=4)]
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 1, 3])
         return _model(nodes, [_w("W", [1, 16, 3]), _w("R", [1, 16, 4], 1)], [x], [_y()])
+    if kind == "lstm_yh_only":  # the first output (Y) unnamed, Y_h used
+        nodes = [helper.make_node("LSTM", ["x", "W", "R"], ["", "y"], name="lstm", hidden_size=4)]
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 1, 3])
+        return _model(nodes, [_w("W", [1, 16, 3]), _w("R", [1, 16, 4], 1)], [x], [_y()])
     if kind == "gru_only":
         nodes = [helper.make_node("GRU", ["x", "W", "R"], ["y"], name="gru", hidden_size=4)]
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 1, 3])
@@ -155,7 +159,7 @@ def model(kind: str) -> onnx.ModelProto:
 KINDS = ("ok", "channels_mismatch", "zero_channels", "group_not_dividing", "group_out_not_dividing",
          "produced_twice", "output_unproduced", "input_unproduced", "duplicate_names", "weight_no_data",
          "weight_short_data", "weight_short_typed", "external_escape", "external_missing", "gemm_mismatch",
-         "bn_mismatch", "lstm_only", "gru_only", "fp16", "uint8_input", "control_names", "markup_names",
+         "bn_mismatch", "lstm_only", "lstm_yh_only", "gru_only", "fp16", "uint8_input", "control_names", "markup_names",
          "many_names")
 
 

@@ -7,6 +7,8 @@ shape inference:
 * every tensor is produced once: by a graph input, an initializer or one node output;
 * every tensor a node reads is produced before it (the nodes are in topological order, as the
   ONNX IR requires), and every graph output is produced;
+* a node whose first output is unnamed has no other output in use (a layer is its node's first
+  output: an LSTM or GRU exported for ``Y_h`` alone was "no layers" without the op's name);
 * at most ``MAX_NODES`` nodes, and the import's estimated memory (``NODE_BYTES`` a node, four
   times the graph's bytes without weights, ``IMPORT_BASE_BYTES``) within the memory budget
   (``milp_planner.limits``: 4 GB, lowered to ``ulimit -v`` and the cgroup);
@@ -131,6 +133,12 @@ def check_structure(proto: onnx.ModelProto, label: str, base_dir: Path | None = 
     for o in g.output:
         if o.name not in produced:
             raise PlannerError(f"{label}: graph output {_q(o.name)} is produced by no node, input or initializer")
+    used = {t for n in g.node for t in n.input if t} | {o.name for o in g.output}
+    for i, n in enumerate(g.node):
+        if n.output and not n.output[0] and any(t in used for t in n.output[1:]):
+            # a layer is a node's first output (docs/model.md section 2): LSTM/GRU exported for Y_h only
+            raise PlannerError(f"{label}: {_node_label(n, i)} ({n.op_type}) leaves its first output unnamed and "
+                               "another is used; a layer is its node's first output: name it (LSTM and GRU: Y)")
     for t in g.initializer:
         check_tensor_data(t, label, base_dir)
     for i, n in enumerate(g.node):
