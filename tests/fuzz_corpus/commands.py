@@ -775,9 +775,13 @@ from fuzz_corpus.onnx_models import KINDS  # noqa: E402
 
 VALID = {"ok", "lstm_only", "gru_only", "fp16", "uint8_input", "control_names", "markup_names", "many_names",
          "external_missing"}  # inspect never reads weight data (tests/test_import.py)
+NAMED = {"lstm_yh_only": "LSTM", "duplicate_names": "'conv'", "produced_twice": "'a'", "channels_mismatch": "conv1"}
 for kind in KINDS:
+    must = NAMED.get(kind)
     add(Case(f"inspect_onnx_{kind}", ["inspect", "{dir}/m.onnx"], "ok" if kind in VALID else "error",
-             {"m.onnx": onnx_file(kind)}, outputs=[], check=_stdout_lacks_escape))
+             {"m.onnx": onnx_file(kind)}, outputs=[],
+             check=_all(_stdout_lacks_escape, (lambda r, m=must: None if m in r.stderr else f"{m} not named"))
+             if must else _stdout_lacks_escape))
 add(
     Case("inspect_json_control_names", ["inspect", "{dir}/m.onnx", "--json"], "ok",
          {"m.onnx": onnx_file("control_names")}, outputs=[], check=_strict_json),
