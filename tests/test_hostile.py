@@ -98,13 +98,13 @@ def test_deploy_device_names_stay_inside_the_folder(tmp_path, capsys):
 # -- a folder output is the command's own ----------------------------------------------------
 
 
-def test_deploy_never_deletes_what_it_did_not_write(files, capsys):
+def test_deploy_never_deletes_what_it_did_not_write(files, capsys, monkeypatch):
     """Before: `deploy i.json p.json --out .` removed i.json, p.json and src/ whenever the
     folder held a manifest.json."""
     (files / "manifest.json").write_text("{}")
     (files / "src").mkdir()
     (files / "src" / "code.py").write_text("x = 1\n")
-    os.chdir(files)
+    monkeypatch.chdir(files)
     code, _, err = cli(capsys, "deploy", "i.yaml", "p.json", "--out", ".")
     assert code == 2
     one_line_error(err, "current directory")

@@ -817,7 +817,8 @@ add(
                                        "--threads", "1024"], "either", {"i.yaml": instance()}, outputs=[],
          rlimit_as=4 * 10**9, limit=60, note="aborted with exit 134 and no message"),
     Case("solve_threads_1024", ["solve", "{dir}/i.yaml", "--planner", "offload", "-q", "--compare", "none",
-                                "--threads", "1024"], "ok", {"i.yaml": instance()}, outputs=[]),
+                                "--threads", "1024"], "ok", {"i.yaml": instance()}, outputs=[],
+         rlimit_as=64 * 10**9, note="room for 1024 stacks: accepted"),
 )
 TIME_LIMIT = 10.0
 for name in ("aofl", "distredge-lcpss", "distredge", "hidp", "autodice", "pipeedge", "coedge", "diapason",
