@@ -55,11 +55,11 @@ def cmd_zoo(args) -> int:
         for name in zoo.names():
             print(name)
         return 0
-    from milp_planner.io import check_output_path
+    from milp_planner.io import check_output_file, printable
 
-    check_output_path(args.out, option="out")
+    check_output_file(args.out, option="out")  # a regular file or nothing: never a device, FIFO or link
     zoo.export(args.name, args.out, size=args.size, seed=args.seed)
-    print(f"wrote {args.out}")
+    print(f"wrote {printable(args.out)}")
     return 0
 
 
@@ -166,6 +166,10 @@ def cmd_solve(args) -> int:
     if args.out:
         check_output_path(args.out, inputs=[resolve_instance_path(args.instance)])
     inst = _load_instance(args)
+    if args.out:  # nor the model or a device profile it reads
+        from milp_planner.report.tasks import input_files
+
+        check_output_path(args.out, inputs=input_files(inst))
     objective = args.objective or inst.objective
     with progress_printer(enabled=not args.quiet and not args.json) as progress:
         result = planner.solve(inst, objective=objective, time_limit=args.time_limit,
@@ -313,7 +317,17 @@ def _quiet_stdout() -> None:
 
 
 def _one_line(text) -> str:
-    return " ".join(str(text).split())
+    from milp_planner.io import printable
+
+    return " ".join(printable(" ".join(str(text).split())).split())
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line naming what it is about (never the Python source line)."""
+    try:
+        print(f"milp-planner: warning: {_one_line(message)[:500]}", file=file or sys.stderr)
+    except (OSError, ValueError):
+        pass
 
 
 def main(argv=None) -> int:
@@ -330,6 +344,7 @@ def main(argv=None) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
+            warnings.showwarning = _show_warning
             status = args.func(args) or 0
         sys.stdout.flush()
         return 1 if stdout_closed and status == 0 else status
@@ -343,13 +358,13 @@ def main(argv=None) -> int:
         _quiet_stdout()
         return 1
     except FileNotFoundError as e:
-        print(f"milp-planner: error: {e.filename}: no such file", file=sys.stderr)
+        print(f"milp-planner: error: {_one_line(e.filename)}: no such file", file=sys.stderr)
         return 2
     except OSError as e:
         if e.errno == 9 and e.filename is None:  # EBADF: stdout closed under us
             _quiet_stdout()
             return 1
-        where = f"{e.filename}: " if e.filename else ""
+        where = f"{_one_line(e.filename)}: " if e.filename else ""
         print(f"milp-planner: error: {where}{e.strerror or _one_line(e)}", file=sys.stderr)
         return 2
     except (RecursionError, MemoryError) as e:

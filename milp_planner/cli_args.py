@@ -84,7 +84,20 @@ def shape(text: str) -> tuple[int, ...]:
     return dims
 
 
+def threads(text: str) -> int:
+    """A thread count from 1 to 1024 whose stacks fit in the process's address-space limit."""
+    from milp_planner.errors import PlannerError
+    from milp_planner.limits import check_threads
+
+    n = integer(1, 1024)(text)
+    try:
+        check_threads(n)
+    except PlannerError as e:
+        raise argparse.ArgumentTypeError(str(e).split(": ", 1)[1]) from None
+    return n
+
+
 TIME_LIMIT = seconds()
-THREADS = integer(1, 1024)
+THREADS = threads
 SEED = integer(0, 2**32 - 1)
 COUNT = integer(1, 10_000)

@@ -32,6 +32,12 @@ def host_file(tmp_path_factory) -> Path:
     return write_device_file(prof, path)
 
 
+def inst_shape(ref: str) -> tuple:
+    from milp_planner.model.loading import load_graph
+
+    return next(iter(load_graph(ref).inputs.values()))
+
+
 def _instance_file(folder: Path, profile_ref: str, extra: str = "") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "inst.yaml"
@@ -51,7 +57,8 @@ def _instance_file(folder: Path, profile_ref: str, extra: str = "") -> Path:
 
 def test_profile_file_loads_as_a_table_device_and_prices_plans(host_file, tmp_path):
     data = yaml.safe_load(host_file.read_text())
-    assert set(data) == {"source", "assumptions", "compute"}
+    assert set(data) == {"source", "assumptions", "measured", "compute"}
+    assert data["measured"] == {"model": "zoo:tiny_chain", "input_shape": list(inst_shape("zoo:tiny_chain"))}
     assert data["compute"]["model"] == "table"
     assert "1 intra-op" in data["assumptions"] and "median of 3 runs" in data["assumptions"]
     inst = load_instance(_instance_file(tmp_path, str(host_file)))

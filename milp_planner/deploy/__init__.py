@@ -12,11 +12,12 @@ from milp_planner.deploy.runtime import execute_sequential, make_inputs, max_abs
 
 
 def run_deployment(out_dir, input=None, repeat: int = 5, check: bool = False, emulate_network: bool = False,
-                   timeout: float = 120.0) -> dict:
+                   timeout: float = 120.0, memory_budget: int | None = None) -> dict:
     """Run the deployment in ``out_dir`` with one MPI rank per device (see ``launcher.run_deployment``)."""
     from milp_planner.deploy.launcher import run_deployment as run
 
-    return run(out_dir, input=input, repeat=repeat, check=check, emulate_network=emulate_network, timeout=timeout)
+    return run(out_dir, input=input, repeat=repeat, check=check, emulate_network=emulate_network, timeout=timeout,
+               memory_budget=memory_budget)
 
 
 __all__ = ["deploy", "run_deployment", "execute_sequential", "make_inputs", "max_abs_err", "reference_outputs",

@@ -7,6 +7,15 @@ Layout of the folder::
     <device>/stageNNN.onnx   one sub-model per stage in which the device computes something
     hostfile, rankfile       templates naming the instance's devices (MPICH: hostfile; ranks in order)
     README.md                how to launch on real boards
+    .milp-planner-output.json  the list of files deploy wrote (milp_planner.io.OutputDir)
+
+The folder is the command's own (``milp_planner.io.OutputDir``): it must be new, empty or a
+deployment written before (its content exactly the files its marker lists); it is built beside
+and swapped in whole, so a failed deploy leaves the old folder as it was and a redeploy
+deletes nothing it did not write. ``<device>`` is the device name made a file name by
+``io.safe_filename`` (``..`` or ``a/b`` cannot leave the folder; two names that clean to the
+same one get ``-2``...). The model is read within the memory budget (``milp_planner.limits``):
+its weights with external data, about three times over (loaded, sliced, serialized).
 
 The messages are derived from the stage geometry with the evaluator's ownership rules and are
 checked against ``milp_planner.cost.evaluator.messages`` (the list the evaluator prices), so
@@ -15,30 +24,73 @@ a deployment moves exactly the data whose cost was predicted.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
+
+import onnx
 
 from milp_planner.cost.evaluator import EXTERNAL, evaluate, messages, normalized_stages, pricer
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
-from milp_planner.io import write_atomic
+from milp_planner.io import OutputDir, printable
 from milp_planner.space.geometry import Region, full_region
 from milp_planner.space.plan import Plan, check_plan
-from milp_planner.deploy.manifest import EXTERNAL_NAME, Manifest, MessageSpec, PartSpec, Slice, StageSpec
+from milp_planner.deploy.manifest import (EXTERNAL_NAME, Manifest, MessageSpec, PartSpec, Slice, StageSpec,
+                                          validate_manifest)
 from milp_planner.deploy.regions import intersect
 from milp_planner.deploy.source import ModelSource, load_model
 from milp_planner.deploy.submodel import build_submodel, check_loadable, numpy_dtype_names
 
 FLOAT_BYTES = 4
+#: the folder's own files: no device folder takes these names (``results`` is where ranks
+#: write when run on boards)
+TOP_LEVEL = ("manifest.json", "reference.onnx", "hostfile", "rankfile", "README.md", "results")
+#: memory of a deploy: the model with its weights, its sub-models (the weights again, sliced)
+#: and one serialization at a time, plus the interpreter and onnx (docs/deploy.md)
+WEIGHT_COPIES = 3
+BASE_BYTES = 400 * 10**6
 
 
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "device"
+def model_path(instance: Instance) -> Path | None:
+    """The instance's ``.onnx`` file (None for a zoo model)."""
+    ref = instance.model or ""
+    if not ref or ref.startswith("zoo:"):
+        return None
+    path = Path(ref).expanduser()
+    if not path.is_absolute() and instance.path is not None:
+        path = Path(instance.path).parent / path
+    return path
 
 
-def deploy(instance: Instance, plan: Plan, out_dir) -> Path:
-    """Write the deployment of ``plan`` on ``instance`` into ``out_dir``; returns the folder."""
+def check_deploy_memory(instance: Instance, budget: int | None = None) -> int:
+    """Bytes a deploy of ``instance`` needs (``PlannerError`` above the memory budget)."""
+    from milp_planner.limits import check_need
+    from milp_planner.model.onnx.reading import model_file_bytes
+
+    path = model_path(instance)
+    weights = sum(layer.params for layer in instance.graph.layers) * FLOAT_BYTES
+    what = f"deploy of {instance.model}"
+    if path is not None:
+        weights = max(weights, model_file_bytes(path))  # the file and its external data, checked
+        what = f"deploy of {printable(path)} ({weights / 1e9:.3g} GB with its weights)"
+    need = WEIGHT_COPIES * weights + BASE_BYTES
+    check_need(need, what, budget)
+    return need
+
+
+def _check_names(instance: Instance, src: int, sink: int) -> None:
+    if EXTERNAL in (src, sink) and EXTERNAL_NAME in instance.device_names:
+        raise PlannerError(f"deploy: a device is named {EXTERNAL_NAME!r}, the name a deployment gives the "
+                           f"external {'source' if src == EXTERNAL else 'sink'} of the network; rename the device")
+
+
+def deploy(instance: Instance, plan: Plan, out_dir, *, inputs=(), memory_budget: int | None = None) -> Path:
+    """Write the deployment of ``plan`` on ``instance`` into ``out_dir``; returns the folder.
+
+    ``inputs``: the files the command read (the plan file), never inside ``out_dir``.
+    ``memory_budget``: bytes (default ``milp_planner.limits.DEFAULT_BUDGET``).
+    """
     out = Path(out_dir)
+    target = OutputDir(out, "deploy", [instance.path, model_path(instance), *inputs]).check()  # before any work
     check_plan(plan, instance)
     metrics = evaluate(plan, instance, check=False)
     priced = messages(plan, instance)
@@ -52,16 +104,23 @@ def deploy(instance: Instance, plan: Plan, out_dir) -> Path:
     def who(d: int) -> str:
         return EXTERNAL_NAME if d == EXTERNAL else names[d]
 
-    model = load_model(instance)
-    source = ModelSource(model, g)
     src = EXTERNAL if net.source.external else net.source.device
     sink = EXTERNAL if net.sink.external else net.sink.device
+    _check_names(instance, src, sink)
+    check_deploy_memory(instance, memory_budget)
+    model = load_model(instance)
+    source = ModelSource(model, g)
 
     owners: dict[str, list[tuple[int, Region]]] = {t: [(src, full_region(g, t))] for t in g.inputs}
     msgs: list[MessageSpec] = []
     stage_specs: list[StageSpec] = []
-    files: dict[Path, bytes] = {}
     used: set[int] = {d for d in (src, sink) if d != EXTERNAL}
+    folders: dict[int, str] = {}  # device -> its folder in the deployment (io.safe_filename)
+
+    def folder(d: int) -> str:
+        if d not in folders:
+            folders[d] = target.name(names[d], reserved=TOP_LEVEL)
+        return folders[d]
 
     def message(si, t, o, d, region):
         cells = region.cells
@@ -70,83 +129,75 @@ def deploy(instance: Instance, plan: Plan, out_dir) -> Path:
         msgs.append(MessageSpec(len(msgs), si, t, who(o), who(d), region.rows, region.chans, nbytes,
                                 cells * elems_per_cell * FLOAT_BYTES, pricer(instance).link_time(o, d, nbytes)))
 
-    for si, (first, last, axis, parts) in enumerate(stages):
-        geos = geo.parts(first, last, axis, [r for _, r in parts])
-        cost = metrics.stages[si]
-        specs = []
-        for (d, rng), part in zip(parts, geos):
-            used.add(d)
-            for t, need in part.needs.items():
-                if need.empty:
-                    continue
-                for o, region in owners[t]:
-                    if o == d:
+    with target:  # built beside and swapped in whole at the end of the block; removed on an error
+        for si, (first, last, axis, parts) in enumerate(stages):
+            geos = geo.parts(first, last, axis, [r for _, r in parts])
+            cost = metrics.stages[si]
+            specs = []
+            for (d, rng), part in zip(parts, geos):
+                used.add(d)
+                for t, need in part.needs.items():
+                    if need.empty:
                         continue
-                    common = intersect(need, region)
-                    if common is not None:
-                        message(si, t, o, d, common)
-            model_file = None
-            ins = outs = ()
-            if part.computed:
-                tag = f"{_safe(names[d])}.stage{si:03d}"
-                sub = build_submodel(source, first, last, axis, part, tag)
-                rel = Path(_safe(names[d])) / f"stage{si:03d}.onnx"
-                files[rel] = sub.model.SerializeToString()
-                check_loadable(files[rel], f"stage {si} on {names[d]} ({rel.as_posix()})")
-                model_file = rel.as_posix()
-                ins = tuple(Slice(p.tensor, p.region.rows, p.region.chans, p.name) for p in sub.inputs)
-                outs = tuple(Slice(p.tensor, p.region.rows, p.region.chans, p.name) for p in sub.outputs)
-            specs.append(PartSpec(names[d], rng, model_file, ins, outs,
-                                  cost.compute_s.get(d, 0.0), cost.recv_s.get(d, 0.0)))
-        for (d, _), part in zip(parts, geos):
-            for t, region in part.owns.items():
-                if not region.empty:
-                    owners.setdefault(t, []).append((d, region))
-        stage_specs.append(StageSpec(si, first, last, axis, tuple(specs), cost.tau_s))
-    for t in g.outputs:
-        for o, region in owners.get(t, ()):
-            if o == sink or o == EXTERNAL or region.empty:
-                continue
-            message(len(stages), t, o, sink, region)
+                    for o, region in owners[t]:
+                        if o == d:
+                            continue
+                        common = intersect(need, region)
+                        if common is not None:
+                            message(si, t, o, d, common)
+                model_file = None
+                ins = outs = ()
+                if part.computed:
+                    tag = f"{folder(d)}.stage{si:03d}"
+                    sub = build_submodel(source, first, last, axis, part, tag)
+                    model_file = f"{folder(d)}/stage{si:03d}.onnx"
+                    data = sub.model.SerializeToString()
+                    check_loadable(data, f"stage {si} on {printable(names[d])} ({model_file})")
+                    target.write(model_file, data)  # written now, not kept
+                    del data
+                    ins = tuple(Slice(p.tensor, p.region.rows, p.region.chans, p.name) for p in sub.inputs)
+                    outs = tuple(Slice(p.tensor, p.region.rows, p.region.chans, p.name) for p in sub.outputs)
+                    del sub
+                specs.append(PartSpec(names[d], rng, model_file, ins, outs,
+                                      cost.compute_s.get(d, 0.0), cost.recv_s.get(d, 0.0)))
+            for (d, _), part in zip(parts, geos):
+                for t, region in part.owns.items():
+                    if not region.empty:
+                        owners.setdefault(t, []).append((d, region))
+            stage_specs.append(StageSpec(si, first, last, axis, tuple(specs), cost.tau_s))
+        for t in g.outputs:
+            for o, region in owners.get(t, ()):
+                if o == sink or o == EXTERNAL or region.empty:
+                    continue
+                message(len(stages), t, o, sink, region)
 
-    mine = [(m.stage, m.tensor, m.sender, m.receiver, m.bytes) for m in msgs]
-    theirs = [(m.stage, m.tensor, who(m.src), who(m.dst), m.bytes) for m in priced]
-    if mine != theirs:
-        diff = next((a, b) for a, b in zip(mine + [None] * len(theirs), theirs + [None] * len(mine)) if a != b)
-        raise PlannerError(f"deploy: internal error: message {diff[0]} differs from the evaluator's {diff[1]}")
+        mine = [(m.stage, m.tensor, m.sender, m.receiver, m.bytes) for m in msgs]
+        theirs = [(m.stage, m.tensor, who(m.src), who(m.dst), m.bytes) for m in priced]
+        if mine != theirs:
+            diff = next((a, b) for a, b in zip(mine + [None] * len(theirs), theirs + [None] * len(mine)) if a != b)
+            raise PlannerError(f"deploy: internal error: message {diff[0]} differs from the evaluator's {diff[1]}")
 
-    ranks = {names[d]: r for r, d in enumerate(sorted(used))}
-    if EXTERNAL in (src, sink):
-        ranks[EXTERNAL_NAME] = len(ranks)
-    manifest = Manifest(
-        instance=instance.name, model=instance.model, devices=list(names), ranks=ranks,
-        source=who(src), sink=who(sink),
-        inputs={t: list(s) for t, s in g.inputs.items()},
-        outputs={t: list(g.shape(t)) for t in g.outputs},
-        reference_model="reference.onnx", stages=stage_specs, messages=msgs,
-        predicted_latency_s=metrics.latency_s, predicted_gather_s=metrics.gather_s,
-        notes={"dtype": "float32", "instance_dtype_bytes": instance.dtype_bytes,
-               "medium": net.medium, "plan": plan.to_dict(),
-               "dtypes": numpy_dtype_names(source, [*g.inputs, *(l.output for l in g.layers)])},
-        shapes={**{t: list(s) for t, s in g.inputs.items()}, **{l.output: list(l.shape) for l in g.layers}},
-    )
-
-    if out.exists() and (out / "manifest.json").exists():
-        for child in out.iterdir():  # a previous deployment: replace it whole
-            if child.is_dir():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
-    elif out.exists() and any(out.iterdir()):
-        raise PlannerError(f"{out}: exists and is not empty (and not a deployment folder)")
-    out.mkdir(parents=True, exist_ok=True)
-    for rel, data in files.items():
-        write_atomic(out / rel, data)
-    write_atomic(out / "reference.onnx", model.SerializeToString())
-    write_atomic(out / "hostfile", _hostfile(manifest))
-    write_atomic(out / "rankfile", _rankfile(manifest))
-    write_atomic(out / "README.md", _readme(manifest))
-    write_atomic(out / "manifest.json", manifest.to_json() + "\n")
+        ranks = {names[d]: r for r, d in enumerate(sorted(used))}
+        if EXTERNAL in (src, sink):
+            ranks[EXTERNAL_NAME] = len(ranks)
+        manifest = Manifest(
+            instance=instance.name, model=instance.model, devices=list(names), ranks=ranks,
+            source=who(src), sink=who(sink),
+            inputs={t: list(s) for t, s in g.inputs.items()},
+            outputs={t: list(g.shape(t)) for t in g.outputs},
+            reference_model="reference.onnx", stages=stage_specs, messages=msgs,
+            predicted_latency_s=metrics.latency_s, predicted_gather_s=metrics.gather_s,
+            notes={"dtype": "float32", "instance_dtype_bytes": instance.dtype_bytes,
+                   "medium": net.medium, "plan": plan.to_dict(),
+                   "dtypes": numpy_dtype_names(source, [*g.inputs, *(l.output for l in g.layers)])},
+            shapes={**{t: list(s) for t, s in g.inputs.items()}, **{l.output: list(l.shape) for l in g.layers}},
+        )
+        validate_manifest(manifest, "deploy")  # what run checks: never write a deployment it refuses
+        target.write("reference.onnx", model.SerializeToString())
+        target.write("hostfile", _hostfile(manifest))
+        target.write("rankfile", _rankfile(manifest))
+        target.write("README.md", _readme(manifest))
+        target.write("manifest.json", manifest.to_json() + "\n")
     return out
 
 
@@ -166,9 +217,11 @@ def _rankfile(m: Manifest) -> str:
 
 
 def _readme(m: Manifest) -> str:
-    rank_lines = "\n".join(f"| {r} | {name} |" for r, name in enumerate(m.rank_names()))
+    from milp_planner.io import markdown_text as md
+
+    rank_lines = "\n".join(f"| {r} | {md(name)} |" for r, name in enumerate(m.rank_names()))
     n_msgs = len(m.messages)
-    return f"""# Deployment of {m.instance}
+    return f"""# Deployment of {md(m.instance)}
 
 Made by `milp-planner deploy`: {len(m.stages)} stages, {n_msgs} messages, {m.n_ranks} MPI ranks.
 Predicted latency (the evaluator): {m.predicted_latency_s * 1e3:.6g} ms.
@@ -177,7 +230,7 @@ Predicted latency (the evaluator): {m.predicted_latency_s * 1e3:.6g} ms.
 |---|---|
 {rank_lines}
 
-Source of the input: `{m.source}`; sink of the outputs: `{m.sink}`. An external source or sink
+Source of the input: {md(m.source)}; sink of the outputs: {md(m.sink)}. An external source or sink
 is one extra rank (`external`), the last one.
 
 ## On this machine

@@ -3,11 +3,8 @@
 
 from __future__ import annotations
 
-import json
-
 from milp_planner.cli_args import COUNT, TIME_LIMIT
-
-
+from milp_planner.limits import parse_budget
 
 
 def cmd_deploy(args) -> int:
@@ -15,27 +12,35 @@ def cmd_deploy(args) -> int:
     from milp_planner.instance import load_instance
     from milp_planner.space.plan import Plan
 
+    from milp_planner.deploy.build import model_path
+    from milp_planner.instance.reader import resolve_instance_path
+    from milp_planner.io import OutputDir, printable
+
+    OutputDir(args.out, "deploy", [resolve_instance_path(args.instance), args.plan]).check()  # before any work
     inst = load_instance(args.instance)
     plan = Plan.load(args.plan)
-    out = deploy(inst, plan, args.out)
+    out = deploy(inst, plan, args.out, inputs=[args.plan, model_path(inst)], memory_budget=args.memory_budget)
     from milp_planner.deploy.manifest import Manifest
 
     m = Manifest.load(out)
     files = sum(1 for s in m.stages for p in s.parts if p.model)
-    print(f"wrote {out}: {files} sub-models on {len(m.ranks)} ranks, {len(m.messages)} messages; "
-          f"run it with: milp-planner run {out} --check")
+    print(f"wrote {printable(out)}: {files} sub-models on {len(m.ranks)} ranks, {len(m.messages)} messages; "
+          f"run it with: milp-planner run {printable(out)} --check")
     return 0
 
 
 def cmd_run(args) -> int:
     from milp_planner.deploy import run_deployment
 
+    from milp_planner.io import dumps_json, printable
+
     if args.trace:
         from milp_planner.io import check_output_path
 
         check_output_path(args.trace, option="--trace")
     report = run_deployment(args.folder, input=args.input, repeat=args.repeat, check=args.check,
-                            emulate_network=args.emulate_network, timeout=args.timeout)
+                            emulate_network=args.emulate_network, timeout=args.timeout,
+                            memory_budget=args.memory_budget)
     if args.trace:
         from milp_planner.deploy.manifest import Manifest
         from milp_planner.trace import (measured_events, predicted_events, schedule_from_manifest,
@@ -45,10 +50,12 @@ def cmd_run(args) -> int:
         write_trace(args.trace, trace_document(predicted_events(schedule_from_manifest(m)),
                                                measured_events(report["timeline"])))
     if args.json:
-        print(json.dumps({k: v for k, v in report.items() if k != "timeline"}, indent=1))
+        # strict JSON: a NaN error or an infinite time is null; the timeline goes to --trace
+        print(dumps_json({k: v for k, v in report.items() if k != "timeline"}))
         return 0
     ms = 1e3
-    print("ranks: " + ", ".join(f"{r}={name}" for name, r in sorted(report["ranks"].items(), key=lambda x: x[1])))
+    print("ranks: " + ", ".join(f"{r}={printable(name)}" for name, r in sorted(report["ranks"].items(),
+                                                                               key=lambda x: x[1])))
     print(f"latency: measured {report['measured_latency_s'] * ms:.3f} ms (median of {report['repeat']}), "
           f"predicted {report['predicted_latency_s'] * ms:.3f} ms"
           + (" [network emulated]" if report["emulate_network"] else " [network: shared memory]"))
@@ -57,7 +64,8 @@ def cmd_run(args) -> int:
     print(f"{'stage':>5} {'layers':>9} {'axis':>8} {'device':>12} {'compute ms':>11} {'pred':>9} {'recv ms':>9} {'pred':>9}")
     for s in report["per_stage"]:
         for d in s["devices"]:
-            print(f"{s['stage']:>5} {str(s['first']) + '-' + str(s['last']):>9} {s['axis']:>8} {d['device']:>12} "
+            print(f"{s['stage']:>5} {str(s['first']) + '-' + str(s['last']):>9} {s['axis']:>8} "
+                  f"{printable(d['device']):>12} "
                   f"{d['compute_s'] * ms:>11.3f} {d['predicted_compute_s'] * ms:>9.3f} "
                   f"{d['recv_s'] * ms:>9.3f} {d['predicted_recv_s'] * ms:>9.3f}")
     g = report["gather"]
@@ -72,13 +80,17 @@ def add_deploy_parsers(sub) -> None:
     s = sub.add_parser("deploy", help="write a plan as per-device ONNX sub-models, a message manifest and launch files")
     s.add_argument("instance")
     s.add_argument("plan", help="a plan JSON file (from solve --out)")
-    s.add_argument("--out", required=True, help="the deployment folder to write")
+    s.add_argument("--out", required=True,
+                   help="the deployment folder to write: new, empty, or a deployment written before "
+                        "(replaced whole; nothing else is deleted)")
+    s.add_argument("--memory-budget", type=parse_budget, default=None, metavar="SIZE",
+                   help="memory the deploy may use, e.g. 8GB (default 4GB; checked before the model is loaded)")
     s.set_defaults(func=cmd_deploy)
 
     s = sub.add_parser("run", help="run a deployment with one MPI rank per device on this machine")
     s.add_argument("folder", help="a folder written by deploy")
-    s.add_argument("--input", help="a .npy file with the first input, or an .npz file with inputs by name "
-                                   "(default: seeded noise; ones for integer inputs)")
+    s.add_argument("--input", help="a .npy file with the first input, or an .npz file with inputs by name, "
+                                   "numbers of each input's shape (default: seeded noise; ones for integer inputs)")
     s.add_argument("--trace", metavar="FILE", help="write the predicted and the measured (last run) timelines "
                                                    "as a Chrome trace (open in Perfetto or chrome://tracing)")
     s.add_argument("--repeat", type=COUNT, default=5, help="timed runs after one warm-up (default 5)")
@@ -86,7 +98,11 @@ def add_deploy_parsers(sub) -> None:
     s.add_argument("--emulate-network", action="store_true",
                    help="hold every message for its modelled transfer time (bandwidth and latency of the instance)")
     s.add_argument("--json", action="store_true")
-    s.add_argument("--timeout", type=TIME_LIMIT, default=120.0, help="seconds before every rank is stopped")
+    s.add_argument("--timeout", type=TIME_LIMIT, default=120.0,
+                   help="seconds from the start (reading the deployment and the input included) before every "
+                        "rank is stopped (default 120)")
+    s.add_argument("--memory-budget", type=parse_budget, default=None, metavar="SIZE",
+                   help="memory the run may use with all its ranks, e.g. 8GB (default 4GB; checked before start)")
     s.set_defaults(func=cmd_run)
 
 

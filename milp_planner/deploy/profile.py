@@ -65,6 +65,8 @@ DEFAULT_FRACTIONS = (0.25, 0.5, 1.0)
 POOL_OPS = ("MaxPool", "AveragePool", "LpPool")
 WINDOW_OPS = ("Conv",) + POOL_OPS
 MIN_SECONDS = 1e-7  # a layer never costs less than this (the overhead subtraction can undershoot)
+PROFILE_COPIES = 4  # the model, its shape-inferred copy, a session of the whole model, one layer's cut
+PROFILE_BASE_BYTES = 400 * 10**6
 
 
 @dataclass(frozen=True)
@@ -152,14 +154,39 @@ class HostProfile:
             "source": f"measured on {self.host} on {self.date} with milp-planner profile "
                       f"({self.model}, input {list(self.input_shape)})",
             "assumptions": assumptions,
+            "measured": {"model": str(self.model), "input_shape": [int(d) for d in self.input_shape]},
             "compute": compute,
         }
 
     def to_yaml(self) -> str:
-        head = (f"# Device profile measured by `milp-planner profile` for {self.model} "
+        from milp_planner.io import printable
+
+        head = (f"# Device profile measured by `milp-planner profile` for {printable(self.model)} "
                 f"(input {list(self.input_shape)}).\n"
                 "# Use it in an instance as a device's `profile: THIS_FILE.yaml` (relative to the instance).\n")
-        return head + yaml.safe_dump(self.device_entry(), sort_keys=False, width=100, default_flow_style=None)
+        return head + yaml.dump(self.device_entry(), Dumper=_Dumper, sort_keys=False, width=100,
+                                default_flow_style=None, allow_unicode=False)
+
+    def to_json(self) -> str:
+        import json
+
+        return json.dumps(self.device_entry(), indent=1, allow_nan=False) + "\n"
+
+
+class _Dumper(yaml.SafeDumper):
+    """Writes a string in quotes whenever the instance reader would read it back as something
+    else: a layer named ``1e3``, ``0x10``, ``true`` or ``null`` stays a name."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, text: str):
+    from milp_planner.instance.reader import ExactLoader
+
+    plain = ExactLoader.resolve(ExactLoader, yaml.ScalarNode, text, (True, False))
+    style = None if plain == "tag:yaml.org,2002:str" and text == text.strip() and text else '"'
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
 
 
 def _frac_out(f: Fraction) -> float | int:
@@ -207,8 +234,15 @@ def load_model_with_weights(ref: str, input_shape=None) -> tuple[onnx.ModelProto
             batch, hw = int(input_shape[0]), tuple(int(d) for d in input_shape[2:])
         model = zoo.build(name, size=hw, weights=True, batch=batch)
     else:
+        from milp_planner.limits import check_need
+        from milp_planner.model.onnx.reading import model_file_bytes
+
+        path = Path(ref).expanduser()
+        size = model_file_bytes(path)  # a regular file; external data inside its folder, present
+        check_need(PROFILE_COPIES * size + PROFILE_BASE_BYTES, f"profile of {path} ({size / 1e9:.3g} GB with "
+                   "its weights)")
         try:
-            model = onnx.load(str(Path(ref).expanduser()))
+            model = onnx.load(str(path))
         except Exception as e:  # the graph loaded, so this is about the weights' data
             raise PlannerError(f"{ref}: cannot read the weights ({str(e).splitlines()[0][:120]})") from None
         model = _with_input_shapes(model, graph)
@@ -677,8 +711,15 @@ def profile_model(ref: str, input_shape=None, settings: ProfileSettings | None =
                        isolated_total_s=isolated_total)
 
 
-def write_device_file(profile: HostProfile, path) -> Path:
-    """Write ``profile`` as a device file (YAML), atomically; returns the path."""
-    path = Path(path)
-    write_atomic(path, profile.to_yaml())
+DEVICE_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def write_device_file(profile: HostProfile, path, inputs=()) -> Path:
+    """Write ``profile`` as a device file, atomically: JSON for a ``.json`` path, else YAML
+    (``.yaml``/``.yml``; another suffix is refused, as the instance reader would not read it);
+    never onto one of ``inputs`` or through a link. Returns the path."""
+    from milp_planner.io import check_output_file
+
+    path = check_output_file(path, inputs, suffixes=DEVICE_FILE_SUFFIXES)
+    write_atomic(path, profile.to_json() if path.suffix.lower() == ".json" else profile.to_yaml())
     return path

@@ -20,25 +20,32 @@ def _fractions(text: str) -> tuple[float, ...]:
 
 
 def cmd_profile(args) -> int:
-    from milp_planner.deploy.profile import ProfileSettings, profile_model, write_device_file
+    from pathlib import Path
 
+    from milp_planner.deploy.profile import DEVICE_FILE_SUFFIXES, ProfileSettings, profile_model, write_device_file
+    from milp_planner.io import check_output_file, printable
+
+    inputs = [] if str(args.model).startswith("zoo:") else [Path(args.model)]
+    check_output_file(args.out, inputs, suffixes=DEVICE_FILE_SUFFIXES)  # before the minutes of timing
     settings = ProfileSettings(repeats=args.repeats, warmup=args.warmup, fractions=args.fractions,
                                context=not args.no_context, clock=args.clock)
 
     def progress(i: int, n: int, name: str) -> None:
         if not args.quiet and sys.stderr.isatty():
-            sys.stderr.write(f"\r[{i + 1}/{n}] {name[:60]:<60}")
+            from milp_planner.io import printable
+
+            sys.stderr.write(f"\r[{i + 1}/{n}] {printable(name)[:60]:<60}")
             sys.stderr.flush()
 
     prof = profile_model(args.model, input_shape=args.input_shape, settings=settings, progress=progress)
     if not args.quiet and sys.stderr.isatty():
         sys.stderr.write("\r" + " " * 72 + "\r")
-    write_device_file(prof, args.out)
+    write_device_file(prof, args.out, inputs)
     total = sum((lp.rows or lp.channels)[-1].seconds for lp in prof.layers)
-    print(f"wrote {args.out}: {len(prof.layers)} layers, {total * 1e3:.2f} ms for the whole model "
+    print(f"wrote {printable(args.out)}: {len(prof.layers)} layers, {total * 1e3:.2f} ms for the whole model "
           f"on one thread ({len(prof.notes)} notes)")
     for note in prof.notes:
-        print(f"  note: {note}")
+        print(f"  note: {printable(note)}")
     return 0
 
 
@@ -54,7 +61,7 @@ def add_profile_parser(sub) -> None:
     )
     s.add_argument("model", help="zoo:NAME[:SIZE] or an .onnx file")
     s.add_argument("--input-shape", type=shape, help="fix the input shape, e.g. 1,3,64,64")
-    s.add_argument("--out", required=True, help="the device file to write (.yaml)")
+    s.add_argument("--out", required=True, help="the device file to write: YAML (.yaml, .yml) or JSON (.json)")
     s.add_argument("--repeats", type=integer(1, 100_000), default=20, help="timed runs (median); default 20")
     s.add_argument("--warmup", type=integer(0, 100_000), default=3, help="untimed runs first; default 3")
     s.add_argument("--fractions", type=_fractions, default=(0.25, 0.5, 1.0),

@@ -35,12 +35,62 @@ def session_options():
 
 
 def load_session(path: Path):
+    """An onnxruntime session of the sub-model ``path`` (a regular file, checked first)."""
     import onnxruntime as ort
 
+    from milp_planner.io import check_input_file, printable
+
+    check_input_file(path, "a sub-model", 2**31 - 1)
     try:
         return ort.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
     except Exception as e:
-        raise PlannerError(f"{path}: onnxruntime cannot load it ({str(e).splitlines()[0][:160]})") from None
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise PlannerError(f"{printable(path)}: onnxruntime cannot load it ({printable(reason)})") from None
+
+
+NPY_HEADER_BYTES = 64 * 1024  # a .npy header is at most this (numpy allows 4 GiB; real ones are < 1 kB)
+
+
+def read_input_file(path, shapes: dict[str, tuple]) -> np.ndarray | dict[str, np.ndarray]:
+    """The arrays in ``path``: a ``.npy`` array (the first input) or an ``.npz`` archive of arrays
+    by input name (``shapes``: the model's inputs).
+
+    Only a regular file of at most the bytes such arrays can take (complex128) is read, its
+    archive members' sizes checked before they are unpacked, without pickles; text, objects, a
+    FIFO or anything larger is one ``PlannerError`` line naming the file.
+    """
+    import zipfile
+
+    from milp_planner.io import check_input_file, printable
+
+    path = Path(path)
+    label = printable(path)
+    limit = sum(int(np.prod(s)) for s in shapes.values()) * 16 + NPY_HEADER_BYTES * (1 + len(shapes))
+    check_input_file(path, "an input array (.npy) or archive (.npz)", limit)
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic[:2] == b"PK":
+        try:
+            with zipfile.ZipFile(path) as z:
+                unpacked = sum(i.file_size for i in z.infolist())
+        except (zipfile.BadZipFile, OSError) as e:
+            raise PlannerError(f"{label}: not an .npz archive ({e})") from None
+        if unpacked > limit:
+            raise PlannerError(f"{label}: unpacks to {unpacked} bytes, more than the model's inputs can take")
+    elif magic != b"\x93NUMPY":
+        raise PlannerError(f"{label}: not a .npy array or .npz archive (numpy.save and numpy.savez write them)")
+    try:
+        data = np.load(path, allow_pickle=False, mmap_mode=None)
+        if isinstance(data, np.lib.npyio.NpzFile):
+            with data:
+                data = {k: data[k] for k in data.files}
+    except (OSError, ValueError, EOFError) as e:
+        reason = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+        raise PlannerError(f"{label}: cannot read the input arrays ({reason})") from None
+    for arr in (data.values() if isinstance(data, dict) else [data]):
+        if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf":
+            raise PlannerError(f"{label}: holds {getattr(arr, 'dtype', type(arr).__name__)} values, not numbers")
+    return data
 
 
 def tensor_dtype(manifest: Manifest, t: str) -> np.dtype:
@@ -48,24 +98,19 @@ def tensor_dtype(manifest: Manifest, t: str) -> np.dtype:
     return np.dtype(manifest.notes.get("dtypes", {}).get(t, "float32"))
 
 
-def _read_input(input) -> dict | np.ndarray:
-    if not isinstance(input, (str, Path)):
-        return input if isinstance(input, dict) else np.asarray(input)
-    try:
-        data = np.load(input)
-    except (OSError, ValueError) as e:
-        raise PlannerError(f"{input}: cannot read the input array ({e})") from None
-    if isinstance(data, np.lib.npyio.NpzFile):
-        with data:
-            return {k: data[k] for k in data.files}
-    return data
-
-
 def make_inputs(manifest: Manifest, input=None) -> dict[str, np.ndarray]:
     """The model inputs: ``input`` (an array or a .npy path: the first input; a mapping or an
     .npz file: inputs by name), else seeded noise (normal for float inputs, ones for integer
     ones, e.g. token ids and masks)."""
-    given = _read_input(input) if input is not None else None
+    if isinstance(input, (str, Path)):
+        given = read_input_file(input, manifest.inputs)
+    elif input is not None:
+        given = input if isinstance(input, dict) else np.asarray(input)
+        for arr in (given.values() if isinstance(given, dict) else [given]):
+            if np.asarray(arr).dtype.kind not in "biuf":
+                raise PlannerError(f"input: holds {np.asarray(arr).dtype} values, not numbers")
+    else:
+        given = None
     label = input if isinstance(input, (str, Path)) else "input"
     if isinstance(given, dict):
         unknown = sorted(set(given) - set(manifest.inputs))

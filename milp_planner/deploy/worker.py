@@ -95,10 +95,12 @@ def run_rank(args) -> None:
     results.mkdir(parents=True, exist_ok=True)
     (results / f"pid.{rank}").write_text(str(os.getpid()))
     try:
-        m = Manifest.load(folder)
+        # a board holds the manifest and its own folder: this rank's sub-models are checked
+        m = Manifest.load(folder, files=False)
         if comm.Get_size() != m.n_ranks:
             raise RuntimeError(f"started with {comm.Get_size()} ranks, the deployment needs {m.n_ranks}")
         me = m.rank_names()[rank]
+        m.check_files(folder, [p.model for s in m.stages for p in s.parts if p.device == me and p.model])
         prog = RankProgram(folder, m, me)
         prog.load()
         transport = MpiTransport(comm, m.ranks, args.emulate_network)

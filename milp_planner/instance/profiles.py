@@ -245,7 +245,9 @@ PROFILES: dict[str, dict] = {
 
 # A device file written by ``milp-planner profile`` (or by hand): a device entry without a name.
 PROFILE_FILE_SUFFIXES = (".yaml", ".yml", ".json")
-PROFILE_FILE_KEYS = ("compute", "memory_mb", "power_w", "source", "assumptions")
+PROFILE_FILE_KEYS = ("compute", "memory_mb", "power_w", "source", "assumptions", "measured")
+#: ``measured: {model: REF, input_shape: [N, C, H, W]}``, written by ``milp-planner profile``:
+#: a ``table`` measured at one input size is refused for a model at another
 
 
 def is_profile_file(name: str) -> bool:
@@ -255,11 +257,17 @@ def is_profile_file(name: str) -> bool:
 
 def resolve_profile_file(name: str, base_dir: Path | None) -> Path:
     """The device file ``name`` (``~`` expanded; relative to ``base_dir``, the instance file's
-    folder, or to the working directory without one)."""
+    folder, or to the working directory without one); ``PlannerError`` for a name with a NUL
+    byte or a loop of symbolic links."""
+    if "\0" in name:
+        raise PlannerError("not a valid file name (it contains a NUL byte)")
     path = Path(name).expanduser()
     if not path.is_absolute() and base_dir is not None:
         path = Path(base_dir) / path
-    return path.resolve()
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a loop of symbolic links (RuntimeError before Python 3.13)
+        raise PlannerError("a loop of symbolic links") from None
 
 
 def profile(name: str) -> dict:

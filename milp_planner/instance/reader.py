@@ -22,8 +22,9 @@ from __future__ import annotations
 import decimal
 import difflib
 import json
-import re
 import math
+import os
+import re
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ import yaml
 
 from milp_planner.instance.devices import COST_MODELS, CostModel, Device, Power
 from milp_planner.errors import PlannerError
-from milp_planner.io import read_text_bounded
+from milp_planner.io import printable, read_text_bounded
 from milp_planner.model.graph import LayerGraph
 from milp_planner.instance.types import AXES, OBJECTIVES, Constraints, Instance, SearchSpace
 from milp_planner.instance.network import MEDIA, Endpoint, Network
@@ -43,6 +44,7 @@ BYTES_PER_MBIT = 125_000  # 10^6 bits / 8
 BYTES_PER_MB = 10**6
 DTYPE_BYTES = (1, 2, 4, 8)
 MAX_DIM = 1 << 20  # one input dimension
+MAX_TABLE_POINTS = 1000  # points of one layer's table (each price interpolates over them)
 
 TOP_KEYS = ("name", "description", "source", "model", "input_shape", "dtype_bytes", "devices",
             "network", "search", "objective", "constraints")
@@ -429,27 +431,84 @@ def _input_shape(ctx: _Ctx, key: str, value: Any) -> tuple[int, ...]:
     return tuple(dims)
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,39}")
+
+
 def _profile_file(ctx: _Ctx, key: str, name: str) -> tuple[dict, _Ctx]:
     """A device file named by ``profile:`` (relative to the instance file), read and checked
-    for structure; its own context labels errors in its values with its path."""
-    path = resolve_profile_file(name, ctx.base_dir)
+    for structure; its own context labels errors in its values with its path.
+
+    An error never shows the file's content when the file is not a device file at all (a
+    text that is no mapping, unknown keys that are not names): ``profile: /etc/passwd`` must
+    not print the passwords file's first line."""
+    try:
+        path = resolve_profile_file(name, ctx.base_dir)
+    except PlannerError as e:
+        raise ctx.fail(f"{key}.profile", f"profile file {_show(name)}: {e}") from None
     hit = ctx.profile_files.get(path)
     if hit is not None:
         return hit
-    if not path.is_file():
-        raise ctx.fail(f"{key}.profile", f"no such profile file {name!r} ({path})")
+    if not os.path.lexists(path):
+        raise ctx.fail(f"{key}.profile", f"no such profile file {_show(name)} ({printable(path)})")
     text = read_text_bounded(path, "a profile file")
     fctx = _Ctx(str(path), path.parent)
-    data = parse_text(text, str(path), "json" if path.suffix.lower() == ".json" else "yaml")
+    try:
+        data = parse_text(text, str(path), "json" if path.suffix.lower() == ".json" else "yaml")
+    except PlannerError as e:  # the parser's reason may quote the file: only the line and our own limits
+        line = re.search(r": (line \d+): ", str(e))
+        limit = re.search(r"(expands to more than [\d,]+ nodes|nested deeper than \d+ levels)", str(e))
+        raise fctx.fail(line.group(1) if line else "", (limit.group(1) + ", " if limit else "syntax error, ")
+                        + "not a device file (a YAML or JSON mapping with compute, memory_mb, power_w)") from None
     if data is None:
         raise fctx.fail("", "the profile file is empty (needs a device entry: compute, ...)")
-    data = _mapping(fctx, "", data)
+    if not isinstance(data, dict):
+        raise fctx.fail("", "must be a mapping with compute, memory_mb, power_w (a device file); "
+                            f"it holds {'a list' if isinstance(data, list) else 'text or a number'}")
+    for k in data:
+        if k not in PROFILE_FILE_KEYS and not (isinstance(k, str) and _PLAIN_KEY.fullmatch(k)):
+            raise fctx.fail("", f"not a device file: a key that is not a name (allowed: "
+                                f"{', '.join(PROFILE_FILE_KEYS)})")
     _check_keys(fctx, "", data, PROFILE_FILE_KEYS)
     for k in PROFILE_INFO_KEYS:
         if k in data and not isinstance(data[k], str):
             raise fctx.fail(k, f"must be text (got {_show(data[k])})")
     ctx.profile_files[path] = (data, fctx)
     return data, fctx
+
+
+def _measured_shape(data: dict) -> tuple[int, ...] | None:
+    """The input shape a device file's table was measured at: its ``measured.input_shape``, else
+    the ``input [N, C, H, W]`` its ``source`` text names (files of earlier versions)."""
+    m = data.get("measured")
+    if isinstance(m, dict) and isinstance(m.get("input_shape"), list):
+        dims = m["input_shape"]
+        if all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+            return tuple(dims)
+    src = data.get("source")
+    if isinstance(src, str):
+        hit = re.search(r"input \[(\d+(?:, \d+)*)\]", src)
+        if hit:
+            return tuple(int(x) for x in hit.group(1).split(", "))
+    return None
+
+
+def _check_measured(fctx: _Ctx, data: dict, graph: LayerGraph) -> None:
+    """A ``table`` measured at one input shape is not valid for the model at another."""
+    m = data.get("measured")
+    if m is not None:
+        m = _mapping(fctx, "measured", m)
+        _check_keys(fctx, "measured", m, ("model", "input_shape"))
+        if "input_shape" in m:
+            _input_shape(fctx, "measured.input_shape", m["input_shape"])
+    compute = data.get("compute")
+    if not isinstance(compute, dict) or compute.get("model") != "table":
+        return
+    shape = _measured_shape(data)
+    have = next(iter(graph.inputs.values()), None)
+    if shape is not None and have is not None and tuple(shape) != tuple(have):
+        raise fctx.fail("compute.table", f"measured at input {list(shape)}, but the instance's model has input "
+                                         f"{list(have)}: layer times do not carry over to another size; profile "
+                                         "again at this size (milp-planner profile MODEL --input-shape ...)")
 
 
 def _merge_profile(ctx: _Ctx, key: str, raw: dict) -> tuple[dict, str | None]:
@@ -465,7 +524,7 @@ def _merge_profile(ctx: _Ctx, key: str, raw: dict) -> tuple[dict, str | None]:
                                          "or a device file such as host.yaml)")
     else:
         source = PROFILES[name]
-    base = {k: v for k, v in source.items() if k not in PROFILE_INFO_KEYS}
+    base = {k: v for k, v in source.items() if k not in PROFILE_INFO_KEYS and k != "measured"}
     merged = dict(base)
     for k, v in raw.items():
         if k in ("compute", "power_w") and isinstance(v, dict) and isinstance(base.get(k), dict):
@@ -495,6 +554,8 @@ def _points(ctx: _Ctx, k: str, entry: Any) -> tuple[tuple[Fraction, Fraction], .
         return ((Fraction(1), _number(ctx, k, entry, nonneg=True)),)
     if not isinstance(entry, list) or not entry:
         raise ctx.fail(k, f"must be seconds or a list of [fraction, seconds] (got {_show(entry)})")
+    if len(entry) > MAX_TABLE_POINTS:
+        raise ctx.fail(k, f"{len(entry):,} points, more than {MAX_TABLE_POINTS:,} (a measured table has a few)")
     points: list[tuple[Fraction, Fraction]] = []
     for i, pt in enumerate(entry):
         kp = f"{k}[{i}]"
@@ -600,6 +661,8 @@ def _device(ctx: _Ctx, key: str, value: Any, graph: LayerGraph) -> Device:
     merged, prof = _merge_profile(ctx, key, raw)
     if prof is not None and prof not in PROFILES:  # a device file: its own values name its path
         data, fctx = _profile_file(ctx, key, prof)
+        if not (isinstance(raw.get("compute"), dict) and "table" in raw["compute"]):
+            _check_measured(fctx, data, graph)  # its table, unless the instance gives its own
         if "compute" in data:
             _compute(fctx, "compute", data["compute"], graph)
         if data.get("memory_mb") is not None:

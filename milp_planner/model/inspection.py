@@ -87,13 +87,15 @@ def _table_lines(graph: LayerGraph) -> list[str]:
     """
     from rich.markup import escape
 
+    from milp_planner.io import printable
+
     head = ["id", "name", "op", "output", "MACs", "ops", "params", "rows", "chan"]
     right = {0, 3, 4, 5, 6}
     rows = [
         [
             str(layer.id),
-            layer.name,
-            op_label(layer.op, layer.folded),
+            printable(layer.name),  # an escape sequence in a node name is shown, not run
+            printable(op_label(layer.op, layer.folded)),
             "x".join(map(str, layer.shape)),
             human(layer.macs) if layer.macs else "",
             human(layer.ops) if layer.ops else "",
@@ -124,7 +126,12 @@ def _table_lines(graph: LayerGraph) -> list[str]:
 def render_inspect(graph: LayerGraph, dtype_bytes: int, console=None) -> None:
     """Print the layer table, a totals line and the importer's warnings."""
     from rich.console import Console
-    from rich.markup import escape
+    from rich.markup import escape as rich_escape
+
+    from milp_planner.io import printable
+
+    def escape(text) -> str:
+        return rich_escape(printable(text))
 
     if console is None:
         console = Console(highlight=False, soft_wrap=True)

@@ -349,6 +349,9 @@ def stage_dp(instance: Instance, candidates: Callable[[int], Iterable[StageT]], 
     sim = sim or Sim(instance)
     deadline = None if ctx is None else ctx.deadline
     late = False  # past the deadline: one state per boundary (greedy) from here on
+    # further past it (a share of the limit's 5 % slack): only the first candidate of each
+    # boundary, so that finishing the plan costs one stage price per layer at most
+    hurry_at = None if deadline is None else deadline + min(1.0, 0.02 * (ctx.time_limit or 0.0))
     use_energy = objective == "energy"
     n_layers = len(instance.graph.layers)
     n = n_layers if stop is None else stop
@@ -366,6 +369,8 @@ def stage_dp(instance: Instance, candidates: Callable[[int], Iterable[StageT]], 
             keep = sorted(layer_states.items(), key=lambda kv: kv[1][0])[:width]
             layer_states = states[b] = dict(keep)
         cands = list(candidates(b))
+        if hurry_at is not None and time.perf_counter() > hurry_at:
+            cands = cands[:1]
         for i, (key, (cost, own, _, _)) in enumerate(list(layer_states.items())):
             if i and deadline is not None and time.perf_counter() > deadline:
                 late = True  # the states expanded so far carry the plan to the end

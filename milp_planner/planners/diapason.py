@@ -224,7 +224,9 @@ class Diapason(Planner):
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
         w_dev, w_l = rel.init_weights(o["weightsinit"], gen, o["heuristic_logit"], o["heuristic_whole"])
-        opt = torch.optim.SGD([w_dev, w_l], lr=o["lr"])
+        # plain SGD by hand (w -= lr * grad, as torch.optim.SGD without momentum does it):
+        # torch.optim imports torch._dynamo on first use, 1.5 s that would come out of the limit
+        lr = float(o["lr"])
         curve = []
         stopped = False
         for it in range(o["iterations"]):
@@ -232,11 +234,14 @@ class Diapason(Planner):
             if rem is not None and rem <= 0:
                 stopped = True
                 break
-            opt.zero_grad()
+            w_dev.grad = w_l.grad = None
             loss = rel.loss(w_dev, w_l)
             loss.backward()
             curve.append(float(loss.detach()))
-            opt.step()
+            with torch.no_grad():
+                for w in (w_dev, w_l):
+                    if w.grad is not None:
+                        w.add_(w.grad, alpha=-lr)
             ctx.report(phase=f"run {r + 1} iteration {it + 1}/{o['iterations']} loss {curve[-1]:.6g}")
         with torch.no_grad():
             p_dev, p_l = rel.probs(w_dev, w_l)

@@ -42,7 +42,9 @@ d_eps = 1/250 the paper's own schedule stops exploring after episode 250 (epsilo
 300 keeps the whole exploration phase plus 50 greedy episodes, and VGG16 on 4 devices (5
 MDP steps, one DDPG update of ~7 ms per step) finishes in about 20 s on two cores.
 ``-O episodes=4000`` runs the paper's budget; ctx.time_limit stops training early and
-returns the best plan so far (``info["stopped_by_time_limit"]``).
+returns the best plan so far (``info["stopped_by_time_limit"]``): LC-PSS gets a third of the
+limit, the deadline is checked before every MDP step (an episode cut short is dropped), and
+without any episode the best single-device plan (the reward's reference) is returned.
 
 Determinism: torch.manual_seed(seed), a numpy Generator(seed) for exploration and
 sampling, a separate Generator for LC-PSS, deterministic ATen kernels and
@@ -50,6 +52,8 @@ ctx.threads (default 1) intra-op threads: the same seed gives the same plan.
 """
 
 from __future__ import annotations
+
+import time
 
 from milp_planner.errors import PlannerError
 from milp_planner.cost.evaluator import EXTERNAL, StagePrice, evaluate
@@ -108,7 +112,7 @@ def _options(options: dict, n_dev: int) -> dict:
     return o
 
 
-def _volumes(instance: Instance, o: dict, seed: int) -> list[tuple[int, int]]:
+def _volumes(instance: Instance, o: dict, seed: int, deadline: float | None = None) -> list[tuple[int, int]]:
     n = len(instance.graph.layers)
     if o["volumes"] is not None:
         vols = [tuple(int(x) for x in v) for v in o["volumes"]]
@@ -118,7 +122,7 @@ def _volumes(instance: Instance, o: dict, seed: int) -> list[tuple[int, int]]:
         from milp_planner.planners.distredge_lcpss import lcpss_volumes
 
         vols = [tuple(v) for v in lcpss_volumes(instance, np.random.default_rng([seed, 1]),
-                                               alpha=o["alpha"], n_random=o["n_random"])]
+                                               alpha=o["alpha"], n_random=o["n_random"], deadline=deadline)]
     expect = 0
     for a, b in vols:
         if a != expect or b < a or b >= n:
@@ -233,7 +237,9 @@ class DistrEdgeDDPG(Planner):
 
         n_dev = len(instance.devices)
         o = _options(self.options, n_dev)
-        vols = _volumes(instance, o, ctx.seed)
+        deadline = ctx.deadline
+        # LC-PSS within a third of the limit (it keeps its last completed round)
+        vols = _volumes(instance, o, ctx.seed, None if deadline is None else ctx.started + ctx.time_limit / 3)
         env = _Episode(instance, vols, ctx.objective)
         rng = np.random.default_rng(ctx.seed)
         sim = env.sim
@@ -245,27 +251,32 @@ class DistrEdgeDDPG(Planner):
                 return en
             return evaluate(to_plan(instance, stages), instance, check=False).value(ctx.objective)
 
-        # reference: the best single-device plan (scales the state's T and the reward)
-        ref = float("inf")
+        # reference: the best single-device plan (scales the state's T and the reward); it is
+        # also the plan returned when the time limit leaves no episode
+        ref, ref_stages = float("inf"), None
         for d in range(n_dev):
             stages = []
             for a, b, _ in env.segments:
                 stages.append((a, b, "none", ((d, None),)))
             lat, en = sim.run(stages)
-            ref = min(ref, value_of(stages, lat, en))
+            v = value_of(stages, lat, en)
+            if v < ref or ref_stages is None:
+                ref, ref_stages = v, stages
+        best = (ref, ref_stages, 0)
         ref = ref if ref > 0 else 1.0
+
+        def out_of_time() -> bool:
+            return deadline is not None and time.perf_counter() > deadline
 
         with TorchState(torch, ctx.threads):
             torch.manual_seed(ctx.seed)
             agent = _DDPG(torch, env.state_dim, max(1, n_dev - 1), o)
-            best = None
             curve = []
             stopped = False
             ep_done = 0
             n_steps = len(env.steps)
             for episode in range(1, o["episodes"] + 1):
-                rem = ctx.remaining()
-                if rem is not None and rem <= 0 and best is not None:
+                if out_of_time():
                     stopped = True
                     break
                 eps = 1.0 - (episode * o["d_eps"]) ** 2
@@ -291,6 +302,9 @@ class DistrEdgeDDPG(Planner):
 
                 state = None
                 for step, k in enumerate(env.steps):
+                    if out_of_time():  # the episode is dropped: the best one so far is returned
+                        stopped = True
+                        break
                     run_whole_until(k)
                     state = [f / ref for f in finish] + list(env.cfg[step])
                     raw = agent.act(state)
@@ -311,6 +325,8 @@ class DistrEdgeDDPG(Planner):
                         agent.store(pending[0], pending[1], 0.0, state, False)
                         agent.update(rng)
                     pending = (state, raw)
+                if stopped:
+                    break
                 run_whole_until(len(env.segments))
                 gs, ge = sim.gather(owners)
                 total = value_of(stages, clock + gs, energy + ge)
@@ -320,7 +336,7 @@ class DistrEdgeDDPG(Planner):
                     agent.update(rng)
                 curve.append(total)
                 ep_done = episode
-                if best is None or total < best[0]:
+                if total < best[0] or best[2] == 0:
                     best = (total, list(stages), episode)
                 if episode % 20 == 0 or episode == 1:
                     ctx.report(phase=f"distredge episode {episode}/{o['episodes']}", incumbent=best[0])

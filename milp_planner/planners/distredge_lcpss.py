@@ -29,7 +29,8 @@ DistrEdge runs the final FC layers). Start from the better of speed-proportional
 cuts; then ``evals`` (option, default 300) single-cut moves (half small steps, half uniform
 jumps), each kept if the evaluator's ``ctx.objective`` (feasible first) does not get worse.
 ``alpha`` and ``n_random`` are options too. Fusion limit and max_parts are not consulted. With a
-``ctx.time_limit``, LC-PSS stops adding locations after half of it and the split search at it.
+``ctx.time_limit``, LC-PSS stops after half of it (inside a round, keeping the last round
+completed) and the split search at it.
 """
 
 from __future__ import annotations
@@ -62,10 +63,20 @@ def _forced(instance) -> list[int]:
     return sorted(pts)
 
 
-class _Scorer:
-    """Average LC-PSS score of partition schemes under a fixed set of random split decisions."""
+class _OutOfTime(Exception):
+    """The LC-PSS deadline passed in the middle of a score."""
 
-    def __init__(self, instance, rng: np.random.Generator, alpha: float, n_random: int):
+
+class _Scorer:
+    """Average LC-PSS score of partition schemes under a fixed set of random split decisions.
+
+    With a ``deadline`` (a ``time.perf_counter()`` value), computing a new volume past it raises
+    ``_OutOfTime``: one score of a long volume can take seconds on a large model.
+    """
+
+    def __init__(self, instance, rng: np.random.Generator, alpha: float, n_random: int,
+                 deadline: float | None = None):
+        self.deadline = deadline
         self.inst = instance
         self.g = instance.graph
         self.pr = pricer(instance)
@@ -93,6 +104,8 @@ class _Scorer:
         key = (first, last, r)
         hit = self._vol.get(key)
         if hit is None:
+            if self.deadline is not None and time.perf_counter() > self.deadline:
+                raise _OutOfTime
             layer = self.g.layers[last]
             if not layer.row_splittable:
                 geos = self.geo.parts(first, last, "none", [None])
@@ -173,27 +186,31 @@ def lcpss_volumes(instance, rng: np.random.Generator, alpha: float = 0.75, n_ran
 
     ``rng`` draws the ``n_random`` random split decisions; layers that cannot be row-split are
     volumes of their own. Deterministic for a given generator state. ``deadline`` (a
-    ``time.perf_counter()`` value) stops the search after the round in progress.
+    ``time.perf_counter()`` value) stops the search where it is: the scheme of the last round
+    completed is returned (the forced locations alone if the first round did not complete).
     """
-    sc = _Scorer(instance, rng, alpha, n_random)
+    sc = _Scorer(instance, rng, alpha, n_random, deadline)
     rp = _forced(instance)
-    while deadline is None or time.perf_counter() < deadline:
-        new = set(rp)
-        for i in range(len(rp) - 1):
-            a, b = rp[i], rp[i + 1]
-            if b - a < 2:  # a single layer: nothing to partition
-                continue
-            best_c, best_j = float("inf"), None
-            for j in range(a, b + 1):  # j = a or b: no new location
-                cand = sorted(set(rp) | {j})
-                c = sc.score(cand)
-                if c < best_c - 1e-15:
-                    best_c, best_j = c, j
-            if best_j is not None:
-                new.add(best_j)
-        if len(new) == len(rp):
-            break
-        rp = sorted(new)
+    try:
+        while deadline is None or time.perf_counter() < deadline:
+            new = set(rp)
+            for i in range(len(rp) - 1):
+                a, b = rp[i], rp[i + 1]
+                if b - a < 2:  # a single layer: nothing to partition
+                    continue
+                best_c, best_j = float("inf"), None
+                for j in range(a, b + 1):  # j = a or b: no new location
+                    cand = sorted(set(rp) | {j})
+                    c = sc.score(cand)
+                    if c < best_c - 1e-15:
+                        best_c, best_j = c, j
+                if best_j is not None:
+                    new.add(best_j)
+            if len(new) == len(rp):
+                break
+            rp = sorted(new)
+    except _OutOfTime:
+        pass
     return [(rp[i], rp[i + 1] - 1) for i in range(len(rp) - 1)]
 
 

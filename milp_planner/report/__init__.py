@@ -55,6 +55,25 @@ def _select_planners(planners) -> list[str]:
     return names
 
 
+def report_output(out, inputs=(), cache_dir=None):
+    """The ``OutputDir`` of a report in ``out``: its cache (``out/.cache``, or ``cache_dir``
+    when that lies in ``out``) is carried over from one report to the next."""
+    from milp_planner.io import OutputDir
+
+    keep = [".cache"]
+    if cache_dir is not None:
+        try:
+            rel = Path(os.path.abspath(cache_dir)).relative_to(Path(os.path.abspath(out)))
+        except ValueError:
+            keep = []
+        else:
+            if not rel.parts:
+                raise PlannerError(f"--cache {cache_dir}: is the --out folder itself; give the cache its own "
+                                   "folder (default: OUT/.cache)")
+            keep = [rel.parts[0]]
+    return OutputDir(out, "report", inputs, keep=keep)
+
+
 def run_report(instances, planners="all", *, time_limit: float | None = 60.0, repeats: int = 3,
                out="report", workers: int | None = None, dask: str | None = None, cache_dir=None,
                options: dict[str, dict] | None = None, retry_failed: bool = False, progress: bool = True,
@@ -66,7 +85,8 @@ def run_report(instances, planners="all", *, time_limit: float | None = 60.0, re
     ``report.pareto_section``): a Pareto section with NSGA-II against the front on those
     instances, each front and NSGA-II run within ``pareto_time_limit`` (default ``time_limit``);
     its numbers also go to ``pareto.json``.
-    Nothing is written to ``out`` until every run is back; each file is then written atomically.
+    Nothing but the cache is written to ``out`` until every run is back; the folder is then
+    written as a whole (``milp_planner.io.OutputDir``: new, empty or a report's, replaced at once).
     """
     from milp_planner.instance import load_instance
     from milp_planner.report import runner
@@ -105,6 +125,10 @@ def run_report(instances, planners="all", *, time_limit: float | None = 60.0, re
         raise PlannerError("--pareto-time-limit must be positive")
     tasks = runner.make_tasks(loaded, names, time_limit=time_limit, repeats=repeats, options=options)
 
+    from milp_planner.report.tasks import profile_files
+
+    inputs = [*paths, *(f for inst in loaded for f in profile_files(inst))]
+    target = report_output(out, inputs, cache_dir).check()  # before any run
     out = Path(out)
     cache = runner.Cache(Path(cache_dir) if cache_dir else runner.default_cache_dir(out))
     executor = runner.make_executor(workers, dask,
@@ -139,41 +163,22 @@ def run_report(instances, planners="all", *, time_limit: float | None = 60.0, re
     csv_text = to_csv(rows)
     images = {img.name: img.png for img in doc.images()}
 
-    fig_dir = out / "figures"
-    for name, png in images.items():
-        _write(fig_dir / name, png)
-    if fig_dir.is_dir():
-        for old in fig_dir.glob("*.png"):
-            if old.name not in images:
-                try:
-                    old.unlink()
-                except OSError:
-                    pass
     written = {"html": out / "report.html", "md": out / "report.md", "csv": out / "results.csv"}
-    _write(written["html"], html)
-    _write(written["md"], md)
-    _write(written["csv"], csv_text)
-    if comparisons:
-        from milp_planner.io import dumps_json
+    with target:  # built beside, swapped in whole (the cache carried over)
+        for name, png in images.items():
+            target.write(f"figures/{name}", png)
+        target.write("report.html", html)
+        target.write("report.md", md)
+        target.write("results.csv", csv_text)
+        if comparisons:
+            from milp_planner.io import dumps_json
 
-        written["pareto"] = out / "pareto.json"
-        _write(written["pareto"], dumps_json([c.to_dict() for c in comparisons]) + "\n")
+            written["pareto"] = out / "pareto.json"
+            target.write("pareto.json", dumps_json([c.to_dict() for c in comparisons]) + "\n")
+    fig_dir = out / "figures"
     written["figures"] = fig_dir
     written["cache"] = cache.dir
     return ReportOutcome(rows, written, summary.ran, summary.cached)
-
-
-def _write(path: Path, data) -> None:
-    """Atomic write, then the usual permissions (the temporary file was private: 0600)."""
-    from milp_planner.io import write_atomic
-
-    write_atomic(path, data)
-    mask = os.umask(0)
-    os.umask(mask)
-    try:
-        os.chmod(path, 0o666 & ~mask)
-    except OSError:
-        pass
 
 
 def add_report_parser(subparsers):

@@ -23,11 +23,12 @@ def check_report_args(args, options: dict[str, dict]) -> None:
     from milp_planner.instance.reader import resolve_instance_path
     from milp_planner.io import check_output_path
     from milp_planner.planners import planner_class
+    from milp_planner.report import report_output
 
     for planner, opts in options.items():
         planner_class(planner)(**opts)  # unknown planner, unknown or bad option
     inputs = [resolve_instance_path(i) for i in args.instances]
-    check_output_path(args.out, inputs, directory=True)
+    report_output(args.out, inputs, args.cache).check()  # new, empty or a report; no input inside
     if args.cache:
         check_output_path(args.cache, inputs, directory=True, option="--cache")
     if args.dask:
@@ -101,7 +102,9 @@ def add_report_parser(sub):
                    help="seconds per run (default 60; 0 = none). A run not back after S x 1.5 + --grace is killed")
     s.add_argument("--repeats", type=COUNT, default=3, metavar="N",
                    help="seeds 0..N-1 for seeded planners (default 3); other planners run once")
-    s.add_argument("--out", default="report", metavar="DIR", help="output directory (default ./report)")
+    s.add_argument("--out", default="report", metavar="DIR",
+                   help="output directory (default ./report): new, empty, or one a report wrote before "
+                        "(it is replaced whole; its cache is kept)")
     s.add_argument("--workers", type=COUNT, default=None, metavar="N",
                    help="parallel runs (default: the CPU count); with --dask local, the number of Dask workers")
     s.add_argument("--dask", metavar="ADDRESS|local",

@@ -3,7 +3,7 @@
 ``write_front(front, folder)`` writes ``front.csv`` (one row per point: the objective values,
 the evaluator's metrics, status, bound), ``front.json`` (the ``pareto --json`` structure) and
 ``front.png`` (matplotlib: the 2-D front with its bound set, or pairwise panels for three
-objectives). Every file is written atomically.
+objectives), all three made before the folder is written, as a whole.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import csv
 import io
 from pathlib import Path
 
-from milp_planner.io import dumps_json, write_atomic
+from milp_planner.io import csv_cell, dumps_json
 
 UNITS = {"latency": ("latency (ms)", 1e3), "energy": ("energy (J)", 1.0), "memory": ("max memory (MB)", 1e-6),
          "period": ("period (ms)", 1e3)}
@@ -26,15 +26,15 @@ def front_csv(front) -> str:
                 "minimised", "bound"])
     for i, p in enumerate(front.points):
         m = p.metrics
-        w.writerow([i, *(repr(p.values[o]) for o in front.objectives), repr(m.latency_s), repr(m.energy_j),
-                    repr(m.period_s), m.max_memory_bytes, p.status, p.minimised,
-                    "" if p.bound is None else repr(p.bound)])
+        w.writerow([csv_cell(x) for x in (
+            i, *(repr(p.values[o]) for o in front.objectives), repr(m.latency_s), repr(m.energy_j),
+            repr(m.period_s), m.max_memory_bytes, p.status, p.minimised, "" if p.bound is None else repr(p.bound))])
     return buf.getvalue()
 
 
-def plot_front(front, path: Path) -> None:
+def plot_front(front) -> bytes:
     """The 2-D front (points and, when not certified, the bound set as a staircase), or the
-    three pairwise projections of a three-objective front."""
+    three pairwise projections of a three-objective front, as PNG bytes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -65,18 +65,22 @@ def plot_front(front, path: Path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    write_atomic(path, buf.getvalue())
+    return buf.getvalue()
 
 
-def write_front(front, folder) -> list[Path]:
-    """Write ``front.csv``, ``front.json`` and ``front.png`` into ``folder`` (created); their paths."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / "front.csv", folder / "front.json", folder / "front.png"]
-    write_atomic(paths[0], front_csv(front))
-    write_atomic(paths[1], dumps_json(front.to_dict()) + "\n")
-    plot_front(front, paths[2])
-    return paths
+def write_front(front, folder, inputs=()) -> list[Path]:
+    """Write ``front.csv``, ``front.json`` and ``front.png`` into ``folder``; their paths.
+
+    The three are made in memory first, then the folder is written as a whole
+    (``milp_planner.io.OutputDir``: new, empty or written by ``pareto`` before, never holding
+    an input; swapped in at once): a failure leaves it as it was.
+    """
+    from milp_planner.io import OutputDir
+
+    files = {"front.csv": front_csv(front), "front.json": dumps_json(front.to_dict()) + "\n",
+             "front.png": plot_front(front)}
+    with OutputDir(folder, "pareto", inputs) as out:
+        return [out.write(name, data) for name, data in files.items()]
 
 
 def render_front(front) -> None:

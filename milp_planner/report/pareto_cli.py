@@ -28,7 +28,7 @@ def cmd_pareto(args) -> int:
     from formulations.pareto import check_objectives, pareto_front
     from milp_planner.instance import load_instance
     from milp_planner.instance.reader import resolve_instance_path
-    from milp_planner.io import check_output_path, dumps_json
+    from milp_planner.io import OutputDir, dumps_json
     from milp_planner.planners import get_planner, planner_class
     from milp_planner.report.pareto import render_front, write_front
 
@@ -44,14 +44,15 @@ def cmd_pareto(args) -> int:
         k, v = kv.split("=", 1)
         options[k.strip()] = parse_option_text(v)
     get_planner(args.planner, **options)  # the planner and its options checked before any work
+    inputs = [resolve_instance_path(args.instance)]
     if args.out:
-        check_output_path(args.out, inputs=[resolve_instance_path(args.instance)], directory=True)
+        OutputDir(args.out, "pareto", inputs).check()  # new, empty or a front written before; no input in it
     inst = load_instance(args.instance)
     front = pareto_front(inst, objectives, planner=args.planner, time_limit=args.time_limit,
                          max_points=args.points, reference=args.reference, planner_options=options,
                          lexicographic=args.lexicographic)
     if args.out:
-        paths = write_front(front, args.out)
+        paths = write_front(front, args.out, inputs + [p for p in _profile_files(inst)])
     if args.json:
         import sys
 
@@ -61,6 +62,12 @@ def cmd_pareto(args) -> int:
         if args.out:
             print("wrote " + ", ".join(str(p) for p in paths))
     return 0 if front.points else 1
+
+
+def _profile_files(inst) -> list:
+    from milp_planner.report.tasks import profile_files
+
+    return profile_files(inst)
 
 
 def add_pareto_parser(sub) -> None:
@@ -83,6 +90,7 @@ def add_pareto_parser(sub) -> None:
     s.add_argument("--option", "-O", action="append", metavar="KEY=VALUE",
                    help="option of the ε-steps' planner, e.g. memory_budget=8GB (repeatable; "
                         "`milp-planner planners` lists them)")
-    s.add_argument("--out", help="a folder for front.csv, front.json and front.png")
+    s.add_argument("--out", help="a folder for front.csv, front.json and front.png (new, empty, or one "
+                                 "pareto wrote before; replaced whole)")
     s.add_argument("--json", action="store_true", help="print the front as JSON")
     s.set_defaults(func=cmd_pareto)

@@ -177,13 +177,15 @@ class _Floors:
 
 
 def _csv_value(x):
+    from milp_planner.io import csv_cell
+
     if x is None:
         return ""
     if isinstance(x, bool):
         return "true" if x else "false"
     if isinstance(x, float):
         return repr(x)
-    return x
+    return csv_cell(x)  # no formula: "=HYPERLINK(...)" as an instance name is text
 
 
 def to_csv(rows: list[dict]) -> str:

@@ -4,7 +4,8 @@ One *task* is one run: an instance file, a planner (with its options), a time li
 seed. Its *key* is a SHA-256 of everything its result depends on:
 
 - the instance file's bytes, plus the referenced model file's bytes (or the ``zoo:`` reference
-  itself: zoo models are fixed by the package version),
+  itself: zoo models are fixed by the package version), plus the bytes of every device
+  profile file the instance names (``profile: host.yaml``: a re-measured profile is a new run),
 - the planner name and its options, the time limit, the seed, the thread count,
 - ``milp_planner.__version__``.
 """
@@ -72,23 +73,68 @@ def deadline(time_limit: float | None, factor: float = GRACE_FACTOR, grace_s: fl
     return math.inf if time_limit is None else time_limit * factor + grace_s
 
 
-def instance_digest(path: Path, model_ref: str) -> str:
-    """SHA-256 of the instance file's bytes plus its model file's bytes (or its zoo reference)."""
+def profile_files(inst) -> list[Path]:
+    """The device profile files an instance reads (``profile: FILE``), resolved, in device order."""
+    from milp_planner.instance.profiles import PROFILES, is_profile_file, resolve_profile_file
+
+    base = Path(inst.path).parent if inst.path is not None else None
+    out: list[Path] = []
+    for d in inst.devices:
+        name = getattr(d, "profile", None)
+        if isinstance(name, str) and name not in PROFILES and is_profile_file(name):
+            p = resolve_profile_file(name, base)
+            if p not in out:
+                out.append(p)
+    return out
+
+
+def input_files(inst) -> list[Path]:
+    """Every file the instance was read from: the instance, its ``.onnx`` model, its device
+    profile files (an output may be none of them)."""
+    out: list[Path] = []
+    if inst.path is not None:
+        out.append(Path(inst.path))
+        ref = inst.model or ""
+        if ref and not ref.startswith("zoo:"):
+            model = Path(ref).expanduser()
+            out.append(model if model.is_absolute() else Path(inst.path).parent / model)
+    return out + profile_files(inst)
+
+
+def instance_digest(path: Path, model_ref: str, profiles=()) -> str:
+    """SHA-256 of the instance file's bytes plus its model file's bytes (or its zoo reference)
+    and the bytes of each device profile file in ``profiles``."""
+    from milp_planner.io import read_bytes_bounded
+    from milp_planner.model.onnx.reading import MAX_MODEL_BYTES
+
     path = Path(path)
     h = hashlib.sha256()
     h.update(b"instance\0")
-    h.update(path.read_bytes())
+    h.update(read_bytes_bounded(path, "an instance file"))
     h.update(b"\0model\0")
     ref = model_ref or ""
     if ref and not ref.startswith("zoo:"):
         model_path = Path(ref) if Path(ref).is_absolute() else path.parent / ref
         try:
-            h.update(model_path.read_bytes())
-        except OSError:
+            _hash_file(h, model_path, MAX_MODEL_BYTES)
+        except (OSError, PlannerError):
             h.update(ref.encode())
     else:
         h.update(ref.encode())
+    for p in profiles:
+        h.update(b"\0profile\0" + str(p).encode() + b"\0")
+        h.update(read_bytes_bounded(p, "a profile file"))
     return h.hexdigest()
+
+
+def _hash_file(h, path: Path, max_bytes: int) -> None:
+    """Feed the regular file ``path`` (at most ``max_bytes``) to ``h``, 1 MiB at a time."""
+    from milp_planner.io import check_input_file
+
+    check_input_file(path, "an ONNX model", max_bytes)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
 
 
 def class_ref(cls: type) -> str:
@@ -117,7 +163,7 @@ def make_tasks(instances: list, planners: list[str], *, time_limit: float | None
     for inst in instances:
         if inst.path is None:
             raise PlannerError(f"instance {inst.name!r}: a report needs instances read from files")
-        digest = instance_digest(inst.path, inst.model)
+        digest = instance_digest(inst.path, inst.model, profile_files(inst))
         for name in planners:
             cls = classes[name]
             seeds = range(repeats) if getattr(cls, "seeded", False) else range(1)

@@ -11,12 +11,20 @@ import textwrap
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as _rich_escape
 from rich.table import Table
 
 from milp_planner.cost.evaluator import EXTERNAL, Metrics
 from milp_planner.instance import Instance
 from milp_planner.space.plan import Plan
+
+
+def escape(text) -> str:
+    """Text from an input as it is on the terminal: no rich markup, no control characters
+    (an escape sequence in an ONNX layer name is shown as ``\\x1b``, not run)."""
+    from milp_planner.io import printable
+
+    return _rich_escape(printable(text))
 
 
 def _console() -> Console:

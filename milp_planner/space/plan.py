@@ -82,7 +82,10 @@ def validate_plan_dict(data, source: str = "plan") -> None:
     """Raise ``PlannerError`` ``SOURCE: KEY: reason`` if ``data`` does not follow ``PLAN_SCHEMA``."""
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(PLAN_SCHEMA)
+    # JSON Schema counts 16.0 as an integer; a plan's ids and ranges are integers written as such
+    types = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool))
+    validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=types)(PLAN_SCHEMA)
     error = jsonschema.exceptions.best_match(validator.iter_errors(data))
     if error is None:
         return

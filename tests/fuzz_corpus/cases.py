@@ -91,6 +91,15 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     stdout: str = "pipe"  # pipe | closed | broken
     note: str = ""
+    # issue #30: what the command may write (paths relative to the case's directory; None: the
+    # old rule, inputs unchanged and no temporary file left); anything else added, changed or
+    # removed is a write outside the named output
+    outputs: list[str] | None = None
+    complete: Callable | None = None  # (result) -> None if the outputs are whole, else the reason
+    limit: float | None = None  # seconds the process may take before it is an overrun
+    signal: tuple[int, float] | None = None  # (signal, seconds after the start) sent to the process group
+    rlimit_as: int | None = None  # bytes of address space (ulimit -v) for a fresh interpreter
+    slow: bool = False  # left out of the default test run (``-m slow``)
 
 
 def _fifo(path: Path) -> None:

@@ -80,6 +80,7 @@ from milp_planner.model.graph import LayerGraph
 from milp_planner.model.onnx.importer import Importer
 from milp_planner.model.onnx.reading import check_model, load_model
 from milp_planner.model.onnx.tensors import ModelWarning
+from milp_planner.model.onnx.validate import check_shapes
 
 __all__ = ["import_onnx", "input_shapes", "ModelWarning"]
 
@@ -124,4 +125,6 @@ def import_onnx(
             if any(d <= 0 for d in shape):
                 raise PlannerError(f"{label}: {what} shape {shape} must be positive integers")
     check_model(proto, label)
-    return Importer(proto, label, gname, shapes).run()
+    importer = Importer(proto, label, gname, shapes)
+    check_shapes(proto, importer.t.shape, label)  # weights against the inferred shapes (validate.py)
+    return importer.run()

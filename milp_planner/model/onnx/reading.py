@@ -2,7 +2,10 @@
 
 A binary file is read by ``skim`` (weight data left out, see skim.py); a file that is not
 what ``skim`` expects, and a text-format file, go through ``onnx.load`` with
-``load_external_data=False``. Every problem is one ``PlannerError`` line naming the file.
+``load_external_data=False``. Only a regular file of less than 2 GiB is opened (a FIFO, a
+device such as ``/dev/zero`` or a directory is refused before a byte is read); external data
+must lie inside the model's folder. ``check_model`` then checks the model against its own
+declarations (``validate.py``). Every problem is one ``PlannerError`` line naming the file.
 """
 
 from __future__ import annotations
@@ -13,8 +16,13 @@ from typing import NamedTuple
 import onnx
 
 from milp_planner.errors import PlannerError
+from milp_planner.io import check_input_file
 from milp_planner.model.onnx.ops import STANDARD_DOMAINS
 from milp_planner.model.onnx.skim import skim
+from milp_planner.model.onnx.validate import check_structure, external_data_bytes
+
+#: protobuf cannot parse a message of 2 GiB or more: a larger .onnx file is not a model
+MAX_MODEL_BYTES = 2**31 - 1
 
 TEXT_SUFFIXES = (".onnxtxt", ".textproto", ".txtpb", ".json", ".pbtxt")
 
@@ -32,10 +40,7 @@ def load_model(model: str | Path | onnx.ModelProto) -> LoadedModel:
     if isinstance(model, onnx.ModelProto):
         return LoadedModel(model, None, model.graph.name or "model")
     path = Path(model)
-    if not path.exists():
-        raise PlannerError(f"{path}: no such file")
-    if path.is_dir():
-        raise PlannerError(f"{path}: not an ONNX model (a directory)")
+    check_input_file(path, "an ONNX model", MAX_MODEL_BYTES)  # no FIFO, device, directory; bounded
     proto = None
     truncated = False
     if path.suffix.lower() not in TEXT_SUFFIXES:
@@ -57,7 +62,17 @@ def load_model(model: str | Path | onnx.ModelProto) -> LoadedModel:
             raise PlannerError(f"{path}: {what} ({reason[:120]})") from None
     if not _looks_like_model(proto):
         raise PlannerError(f"{path}: not an ONNX model (no graph in the file)")
+    external_data_bytes(proto, str(path), path.parent, present=False)  # locations inside the folder
     return LoadedModel(proto, str(path), path.stem)
+
+
+def model_file_bytes(path) -> int:
+    """Bytes a load of the ``.onnx`` file ``path`` with its weights reads: the file plus its
+    external data (every location checked, see ``validate.external_data_bytes``)."""
+    path = Path(path)
+    size = check_input_file(path, "an ONNX model", MAX_MODEL_BYTES)
+    proto = load_model(path).proto
+    return size + external_data_bytes(proto, str(path), path.parent)
 
 
 def _looks_like_model(proto: onnx.ModelProto) -> bool:
@@ -87,3 +102,4 @@ def check_model(proto: onnx.ModelProto, label: str) -> None:
     if proto.ir_version > onnx.IR_VERSION:
         raise PlannerError(f"{label}: IR version {proto.ir_version} is newer than the newest this onnx "
                            f"{onnx.__version__} knows ({onnx.IR_VERSION})")
+    check_structure(proto, label)  # names, producers, outputs, weight data (validate.py)

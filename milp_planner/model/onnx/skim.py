@@ -24,6 +24,7 @@ SKIM_BYTES = 16 * 1024  # initializers with more data than this are stubbed
 _MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
 _TENSOR_DATA = frozenset({4, 5, 6, 7, 9, 10, 11})  # float/int32/string/int64/raw/double/uint64 data
 _TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION = 13, 14
+_FIXED_WIDTH_DATA = frozenset({4, 9, 10})  # float_data, raw_data, double_data: bytes held = bytes of data
 
 
 def _varint(buf, pos: int) -> tuple[int, int]:
@@ -89,6 +90,11 @@ def _skim_tensor(buf, start: int, end: int) -> bytes:
             if f not in _TENSOR_DATA and f not in (_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION)]
     entry = _len_field(1, b"location") + _len_field(2, b"__milp_planner_no_data__")
     keep.append(_len_field(_TENSOR_EXTERNAL_DATA, entry))
+    fixed = {f for f, *_ in fields if f in _TENSOR_DATA} <= _FIXED_WIDTH_DATA
+    if fixed:  # the bytes of data it held, so that model.onnx.validate can check them against its dims
+        held = sum(stop - vs for f, _, _, vs, stop in fields if f in _TENSOR_DATA)
+        entry = _len_field(1, b"length") + _len_field(2, str(held).encode())
+        keep.append(_len_field(_TENSOR_EXTERNAL_DATA, entry))
     keep.append(_enc_varint(_TENSOR_DATA_LOCATION << 3) + _enc_varint(TensorProto.EXTERNAL))
     return b"".join(keep)
 
