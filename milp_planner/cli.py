@@ -188,7 +188,8 @@ def cmd_solve(args) -> int:
                                       time_limit=compare_limit, threads=args.threads, seed=args.seed,
                                       progress=announce, bound=result.bound if exact else None,
                                       certified=exact and result.status == "optimal",
-                                      exact_planner=args.planner if planner.exact else None)
+                                      exact_planner=args.planner if planner.exact else None,
+                                      budget_s=compare_limit * len(compare))
         except Exception as err:  # noqa: BLE001 - the comparison never costs the certificate
             if os.environ.get("MILP_PLANNER_DEBUG", "") not in ("", "0"):
                 raise

@@ -162,6 +162,17 @@ def test_out_of_space_baseline_beating_the_optimum_has_a_non_negative_gap(narrow
     assert d["vs_reference"] >= 0 and d["reference"]["kind"] == row.reference.kind
 
 
+def test_a_spent_comparison_budget_leaves_the_exact_reference_out_and_says_so(narrow_optimum):
+    """``solve``'s comparison holds its total budget: with nothing left after the baselines, a
+    plan outside the space is measured against the floors alone, and its row says why."""
+    inst = narrow_instance()
+    (row,) = run_baselines(inst, ["modnn"], narrow_optimum.value, "latency", time_limit=10, certified=True,
+                           exact_planner="dp", budget_s=0.0)
+    assert row.in_space is False
+    assert row.reference is not None and row.reference.kind == "floor" and row.vs_reference >= 0
+    assert "no time left in the comparison for dp over splits any" in row.message
+
+
 def test_in_space_baseline_keeps_the_in_space_optimum(narrow_optimum):
     (row,) = run_baselines(narrow_instance(), ["offload"], narrow_optimum.value, "latency", certified=True)
     assert row.in_space and row.reference.kind == "in-space optimum" and row.vs_reference >= 0

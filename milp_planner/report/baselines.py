@@ -33,6 +33,7 @@ from milp_planner.space.plan import Plan
 # splits biased by speed (MoDNN), and fusion with all-device row splits (CoopAI).
 DEFAULT_BASELINES = ("neurosurgeon", "modnn", "coopai")
 DEFAULT_BASELINE_TIME_LIMIT = 10.0  # seconds per baseline
+MIN_REFERENCE_S = 0.5  # an exact reference given less time than this proves nothing worth waiting for
 
 
 GAP_SNAP = 1e-9  # a relative gap below this is floating-point noise between two evaluations: 0
@@ -107,14 +108,15 @@ def enclosing_space(space: SearchSpace, plan: Plan | None, n_devices: int) -> Se
                        tuple(a for a in AXES if a in axes))
 
 
-def floor_reference(instance: Instance, objective: str, space: SearchSpace) -> list[Reference]:
+def floor_reference(instance: Instance, objective: str, space: SearchSpace,
+                    deadline: float | None = None) -> list[Reference]:
     """The problem-specific floors of ``milp_planner.cost.floors`` over ``space`` (they hold for
     any cuts and fusion depth, so for every plan with at most ``max_parts`` parts on ``axes``).
 
     A floor of an instance with caps may use them (the flow MIP stores at most a device's
     memory), so it holds only for the plans within the caps; the floor of the same instance
     without its caps holds for every plan, and is the one an infeasible plan is measured
-    against."""
+    against. ``deadline`` (a ``time.perf_counter()`` value) bounds the flow floor's LP."""
     from milp_planner.cost.floors import lower_floor
 
     every = SearchSpace(len(instance.graph.layers), space.max_parts, ("any",), space.axes)
@@ -122,7 +124,7 @@ def floor_reference(instance: Instance, objective: str, space: SearchSpace) -> l
     cases = [(instance, capped)] + ([(without_caps(instance), False)] if capped else [])
     out = []
     for inst, feasible_only in cases:
-        fl = lower_floor(replace(inst, search=space), objective)
+        fl = lower_floor(replace(inst, search=space), objective, deadline=deadline)
         if fl.value is not None and fl.value > 0:
             out.append(Reference(float(fl.value), "floor", every, f"floor ({fl.source})",
                                  feasible_only=feasible_only))
@@ -215,7 +217,8 @@ class _OutOfTime(Exception):
 def run_baselines(instance: Instance, names, reference: float | None, objective: str,
                   time_limit: float | None = DEFAULT_BASELINE_TIME_LIMIT, threads: int = 1, seed: int = 0,
                   progress=None, *, bound: float | None = None, certified: bool = False,
-                  exact_planner: str | None = None, reference_time_limit: float | None = None) -> list[BaselineRun]:
+                  exact_planner: str | None = None, reference_time_limit: float | None = None,
+                  budget_s: float | None = None) -> list[BaselineRun]:
     """Solve ``instance`` with each planner of ``names`` and compare it with ``reference``.
 
     ``reference`` is the value of the exact planner's plan (``certified``: proven optimal over
@@ -233,12 +236,18 @@ def run_baselines(instance: Instance, names, reference: float | None, objective:
     fails with a ``PlannerError`` (e.g. it cannot handle this model) is reported with status
     ``error`` and the reason, not raised: the comparison is secondary to the result it is
     printed beside. ``progress(name)`` is called before each one.
+
+    ``budget_s`` bounds the whole comparison (baselines and references): the references get
+    what the baselines left of it, and with nothing left a plan outside the space is measured
+    against the floors alone (its row says so).
     """
+    deadline = None if budget_s is None else time.perf_counter() + budget_s
     runs = []  # (name, cls, result or None, seconds, status, message)
     for name in names:
         runs.append(_run_one(instance, name, objective, time_limit, threads, seed, progress))
     refs, failed = _references(instance, runs, reference, bound, certified, objective, exact_planner,
-                               time_limit if reference_time_limit is None else reference_time_limit, threads, progress)
+                               time_limit if reference_time_limit is None else reference_time_limit, threads, progress,
+                               deadline)
     rows = []
     for name, cls, res, seconds, status, message in runs:
         if res is None:
@@ -291,9 +300,10 @@ def _run_one(instance, name, objective, time_limit, threads, seed, progress):
 
 
 def _references(instance, runs, reference, bound, certified, objective, exact_planner, time_limit, threads,
-                progress) -> tuple[list[Reference], str]:
+                progress, deadline=None) -> tuple[list[Reference], str]:
     """The references a baseline may be measured against (see ``run_baselines``), and what
-    failed while computing them (said on the rows of plans outside the space)."""
+    failed or was left out while computing them (said on the rows of plans outside the space).
+    ``deadline`` (a ``time.perf_counter()`` value) ends the whole comparison."""
     refs: list[Reference] = []
     in_space_ref = reference if certified else bound
     if in_space_ref is not None:
@@ -310,11 +320,20 @@ def _references(instance, runs, reference, bound, certified, objective, exact_pl
     failed = []
     for sp in spaces:
         try:
-            refs.extend(floor_reference(instance, objective, sp))
-            if exact_planner is not None:
-                ex = any_cut_reference(instance, objective, sp, exact_planner, time_limit, threads)
-                if ex is not None:
-                    refs.append(ex)
+            refs.extend(floor_reference(instance, objective, sp, deadline))
+            if exact_planner is None:
+                continue
+            left = time_limit if deadline is None else deadline - time.perf_counter()
+            if left is not None and time_limit is not None:
+                left = min(left, time_limit)
+            if left is not None and left < MIN_REFERENCE_S:
+                skipped = f"no time left in the comparison for {exact_planner} over splits any (floors only)"
+                if skipped not in failed:
+                    failed.append(skipped)
+                continue
+            ex = any_cut_reference(instance, objective, sp, exact_planner, left, threads)
+            if ex is not None:
+                refs.append(ex)
         except Exception as err:  # noqa: BLE001 - a reference the comparison goes without
             failed.append(f"internal error computing the reference over splits any: {type(err).__name__}: {err}")
     return refs, _join(*failed)
