@@ -617,12 +617,17 @@ def _commit() -> str:
         return "?"
 
 
+PARTIAL_EVERY = 50  # cases between two writes of the tally while the run goes
+
+
 def render(tally: Tally, args) -> str:
     load = os.getloadavg()
     by_check = Counter(f.check for f in tally.findings)
     lines = [
         "# Differential test bed: every planner against brute force on random instances",
         "",
+        *([f"**Partial: {tally.cases} of {args.count} cases so far** (the tally is rewritten as the run goes).", ""]
+          if not args.corpus and tally.cases < args.count else []),
         f"Command: `python benchmarks/differential.py --seed {args.seed} --count {args.count} "
         f"--workers {args.workers}`  ",
         f"Commit {_commit()}, {_machine()}, load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}, "
@@ -674,6 +679,8 @@ def main(argv=None) -> int:
                 Path(args.save_failures).mkdir(parents=True, exist_ok=True)
                 save_spec(spec, Path(args.save_failures) / f"{spec['name']}.json")
         shown[0] = len(t.findings)
+        if args.out and t.cases % PARTIAL_EVERY == 0:  # a run stopped early still leaves its tally
+            Path(args.out).write_text(render(t, args))
         print(f"\r{t.cases} cases, {len(t.findings)} findings, {time.perf_counter() - started:.0f} s",
               end="", file=sys.stderr, flush=True)
 
