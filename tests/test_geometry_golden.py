@@ -204,3 +204,46 @@ def test_a_part_owning_an_empty_slice_computes_nothing_of_that_layer():
     assert first.owns["a"].rows == (0, 0) or first.owns["a"].empty
     assert 0 not in first.computed and 0 not in first.fraction
     assert rest.owns["a"].rows == (0, 2) and rows(rest, 0) == (0, 2)
+
+
+def test_a_channel_part_owning_no_channels_computes_and_reads_nothing():
+    g = graph([conv(0, "x", "y", (1, 4, 4, 4))], (1, 4, 4, 4), ["y"])
+    empty, full = StageGeometry(g).parts(0, 0, "channels", [(2, 2), (0, 4)])
+    assert empty.computed == {} and empty.fraction == {} and empty.needs == {}
+    assert empty.owns["y"].empty
+    assert full.computed[0].chans == (0, 4) and full.fraction[0] == 1
+
+
+# The interval helpers every geometry goes through, against values worked out on paper.
+
+def test_clip_and_hull_keep_empty_intervals_empty():
+    from milp_planner.model.graph import EMPTY, clip, hull
+
+    assert clip((-2, 3), 10) == (0, 3) and clip((5, 12), 8) == (5, 8)
+    assert clip((8, 12), 8) == EMPTY and clip((9, 12), 8) == EMPTY
+    assert hull((2, 5), EMPTY) == (2, 5) and hull((2, 5), (7, 7)) == (2, 5)
+    assert hull(EMPTY, (3, 3)) == EMPTY and hull(EMPTY, (3, 6)) == (3, 6)
+    assert hull((2, 5), (7, 9)) == (2, 9) and hull((4, 6), (1, 3)) == (1, 6)
+
+
+def test_input_rows_of_each_row_dependency():
+    from milp_planner.model.graph import EMPTY, input_rows
+
+    # window s2 p1 k3 d2: output row y reads 2y-1, 2y+1, 2y+3; rows [3, 5) read 5, 7, 9, 11
+    window = RowDep("window", kernel=3, stride=2, pad_top=1, dilation=2)
+    assert input_rows(window, (3, 5), 20) == (5, 12)
+    assert input_rows(window, (3, 3), 20) == EMPTY  # no output rows read nothing
+    assert input_rows(window, (0, 1), 20) == (0, 4)  # row -1 is padding
+    # linear resize x2 (half pixel): output row y samples (y + 0.5) / 2 - 0.5, rows floor and +1;
+    # rows 4..7 sample 1.75 .. 3.25: input rows [1, 5), one row each side of [floor(4/2), ceil(8/2))
+    linear = RowDep("resize", factor_num=2, factor_den=1, linear=True)
+    assert input_rows(linear, (4, 8), 8) == (1, 5)
+    assert input_rows(RowDep("resize", factor_num=2, factor_den=1), (4, 8), 8) == (2, 4)
+    assert input_rows(RowDep("resize", factor_num=3, factor_den=2), (2, 5), 8) == (1, 4)  # 2*2//3, ceil(5*2/3)
+    # ConvTranspose s2 p2 k3 d2: input row i writes output rows [2i - 2, 2i + 3); rows [4, 7) come
+    # from i = 1 ([0, 5)) .. 4 ([6, 11)); i = 0 ([-2, 3)) and i = 5 ([8, 13)) miss them
+    transpose = RowDep("transpose", kernel=3, stride=2, pad_top=2, dilation=2)
+    assert input_rows(transpose, (4, 7), 10) == (1, 5)
+    assert input_rows(transpose, (0, 1), 10) == (0, 2)  # i = 0 and 1 write row 0
+    assert input_rows(RowDep("identity"), (3, 9), 6) == (3, 6)
+    assert input_rows(RowDep("none"), (3, 4), 6) == (0, 6)
