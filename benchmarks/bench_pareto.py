@@ -7,11 +7,13 @@ front's, both with one reference point: the nadir of the union of the two sets x
 max memory per device and energy: those instances run the three together, energy first (the
 ε-steps minimise the first objective, and an additive one is far cheaper; ``--objectives`` runs
 another set, e.g. a pair). Writes ``benchmarks/results/pareto[-TAG].json`` and ``pareto[-TAG]-table.md``.
+One file per case: the tag names the case (``benchmarks/results/pareto.md`` lists each case's command), a
+rerun overwrites it and older runs stay in git. For example:
 
-    python benchmarks/bench_pareto.py --time-limit 600 --nsga-time-limit 15 --only autodice --tag autodice-3
-    python benchmarks/bench_pareto.py --time-limit 600 --only autodice --objectives energy,period --tag autodice-energy-period-v2
-    python benchmarks/bench_pareto.py --time-limit 600 --only autodice --objectives energy,memory --tag autodice-energy-memory
-    python benchmarks/bench_pareto.py --time-limit 180 --only diapason --tag diapason
+    python benchmarks/bench_pareto.py --time-limit 600 --nsga-time-limit 15 --only vgg19 --objectives energy,memory --tag autodice-energy-memory-vgg19
+    python benchmarks/bench_pareto.py --time-limit 600 --nsga-time-limit 15 --only vgg19 --objectives energy,period --tag autodice-energy-period-vgg19
+    python benchmarks/bench_pareto.py --time-limit 600 --nsga-time-limit 15 --only vgg19 --tag autodice-energy-period-memory-vgg19
+    python benchmarks/bench_pareto.py --time-limit 600 --nsga-time-limit 15 --only diapason --tag diapason
     python benchmarks/bench_pareto.py --rescore benchmarks/results/pareto-diapason.json   # tables from the stored steps
 """
 
