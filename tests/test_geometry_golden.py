@@ -244,6 +244,7 @@ def test_input_rows_of_each_row_dependency():
     # from i = 1 ([0, 5)) .. 4 ([6, 11)); i = 0 ([-2, 3)) and i = 5 ([8, 13)) miss them
     transpose = RowDep("transpose", kernel=3, stride=2, pad_top=2, dilation=2)
     assert input_rows(transpose, (4, 7), 10) == (1, 5)
+    assert input_rows(transpose, (5, 7), 10) == (2, 5)  # i = 1 ([0, 5)) no longer reaches row 5
     assert input_rows(transpose, (0, 1), 10) == (0, 2)  # i = 0 and 1 write row 0
     assert input_rows(RowDep("identity"), (3, 9), 6) == (3, 6)
     assert input_rows(RowDep("none"), (3, 4), 6) == (0, 6)
