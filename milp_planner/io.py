@@ -554,8 +554,10 @@ class OutputDir:
         """A file name in the folder for ``name`` from an input (``safe_filename``, no clash)."""
         return safe_filename(name, self._taken, reserved)
 
-    def write(self, rel: str, data: str | bytes) -> Path:
-        """Write ``rel`` (a relative POSIX path of safe components) in the new folder."""
+    def write(self, rel: str, data) -> Path:
+        """Write ``rel`` (a relative POSIX path of safe components) in the new folder: ``data``
+        is text, bytes, or an iterable of bytes written one after another (a file too large to
+        hold in memory whole)."""
         assert self.staging is not None, "write inside `with OutputDir(...)`"
         parts = rel.split("/")
         if any(p in ("", ".", "..") or _UNSAFE.search(p) for p in parts) or rel == MARKER:
@@ -563,9 +565,18 @@ class OutputDir:
         target = self.staging.joinpath(*parts)
         target.parent.mkdir(parents=True, exist_ok=True)
         with open(target, "xb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            if isinstance(data, (str, bytes, bytearray, memoryview)):
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            else:
+                for chunk in data:
+                    f.write(chunk)
         self.files.append(rel)
         return self.path.joinpath(*parts)
+
+    def staged(self, rel: str) -> Path:
+        """Where ``rel``, already written, lies until the folder is swapped in (to read it back)."""
+        assert self.staging is not None and rel in self.files, rel
+        return self.staging.joinpath(*rel.split("/"))
 
     def abort(self) -> None:
         if self.staging is not None:

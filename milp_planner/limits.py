@@ -13,6 +13,9 @@ Python handler can turn that into a message).
 - ``check_need(need, what, budget)``: ``PlannerError`` when ``need`` bytes exceed the budget.
 - ``check_threads(n)``: ``n`` solver threads fit in the address space (each thread's stack is
   reserved there: 1024 threads of 8 MiB are 8 GiB under ``ulimit -v``).
+- ``trim_heap()``: hand the memory freed so far back to the system (``deploy`` after each
+  sub-model, whose weights C libraries allocated and freed: glibc keeps freed blocks of up to
+  32 MiB in the heap, where the next library's allocations do not always fit).
 """
 
 from __future__ import annotations
@@ -155,3 +158,26 @@ def parse_budget(text: str) -> int:
         return parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"{text!r} {e}") from None
+
+
+_TRIM = None
+
+
+def trim_heap() -> None:
+    """``malloc_trim(0)`` where the C library has it (glibc); nothing elsewhere."""
+    global _TRIM
+    if _TRIM is None:
+        _TRIM = False
+        try:
+            import ctypes
+            import ctypes.util
+
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            fn = libc.malloc_trim
+            fn.argtypes = [ctypes.c_size_t]
+            fn.restype = ctypes.c_int
+            _TRIM = fn
+        except (OSError, AttributeError):
+            pass
+    if _TRIM:
+        _TRIM(0)

@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from html import escape
+
+from milp_planner.io import printable
 
 US = 1e6  # trace timestamps are microseconds
 
@@ -101,6 +104,19 @@ def schedule_from_metrics(metrics, instance) -> Schedule:
         sc.messages += [Msg(si, t.tensor, who(t.src), who(t.dst), t.bytes, t.time_s) for t in s.transfers]
     sc.messages += [Msg(len(metrics.stages), t.tensor, who(t.src), who(t.dst), t.bytes, t.time_s)
                     for t in metrics.gather]
+    return sc
+
+
+def schedule_from_metrics_dict(metrics: dict, devices: list[str], shared: bool = False) -> Schedule:
+    """The same schedule from ``Metrics.to_dict()`` (what a report's cache keeps of a run)."""
+    sc = Schedule(list(devices), shared=shared)
+    for si, s in enumerate(metrics.get("stages", [])):
+        sc.stages.append({"index": si, "first": s["first"], "last": s["last"], "axis": s.get("axis"),
+                          "compute": {p["device"]: p.get("compute_s", 0.0) for p in s["parts"]}})
+        sc.messages += [Msg(si, t["tensor"], t["from"], t["to"], t["bytes"], t["time_s"])
+                        for t in s.get("transfers", [])]
+    n = len(sc.stages)
+    sc.messages += [Msg(n, t["tensor"], t["from"], t["to"], t["bytes"], t["time_s"]) for t in metrics.get("gather", [])]
     return sc
 
 
@@ -225,31 +241,64 @@ def write_trace(path, doc: dict) -> None:
     write_atomic(path, json.dumps(doc) + "\n")
 
 
-def timeline_svg(sc: Schedule, width: int = 760) -> str:
-    """A small inline SVG of a predicted schedule: one row per device and per link."""
-    events = [e for e in predicted_events(sc) if e["ph"] == "X"]
-    names = {e["args"]["name"]: e["tid"] for e in predicted_events(sc)
-             if e["ph"] == "M" and e["name"] == "thread_name"}
-    rows = sorted(names, key=lambda n: names[n])
-    end = max((e["ts"] + e["dur"] for e in events), default=1.0) or 1.0
-    label_w, row_h = 150, 18
+SVG_NS = "http://www.w3.org/2000/svg"
+LABEL_CHARS = 24  # longer row labels are cut (the whole name is the label's tooltip)
+
+
+def timeline_svg(sc: Schedule, width: int = 760, *, standalone: bool = True) -> str:
+    """A small SVG of a predicted schedule: one row per device and per link (``A -> B``), a
+    bar per compute span (blue) and per message (orange), each with its name and duration as
+    a tooltip. Every name (devices, tensors: user input) is escaped, control characters shown
+    as ``\\xNN``. ``standalone``: with the SVG namespace, for a ``.svg`` file; without it the
+    markup is for inline use in HTML, which needs no namespace (and then names no URL)."""
+    events = predicted_events(sc)
+    spans = [e for e in events if e["ph"] == "X"]
+    tid_of = _tracks(events)
+    rows = list(tid_of)
+    row_of = {tid_of[n]: i for i, n in enumerate(rows)}
+    links = {_link(m.src, m.dst): (m.src, m.dst) for m in sc.messages if _link(m.src, m.dst) not in sc.devices}
+    end = max((e["ts"] + e["dur"] for e in spans), default=1.0) or 1.0
+    label_w, row_h = 160, 18
+    height = row_h * len(rows) + 24
     scale = (width - label_w - 10) / end
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{row_h * len(rows) + 24}" '
-           f'font-family="sans-serif" font-size="11">']
+    ns = f' xmlns="{SVG_NS}"' if standalone else ""
+    out = [f'<svg{ns} class="timeline" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+           f'font-family="sans-serif" font-size="11" role="img">']
     for i, name in enumerate(rows):
         y = i * row_h + 4
-        out.append(f'<text x="2" y="{y + 12}">{_esc(name)}</text>')
-    for e in events:
-        i = rows.index(next(n for n in rows if names[n] == e["tid"]))
+        ends = links.get(name)
+        label = _clip(printable(name)) if ends is None else \
+            f"{_clip(printable(ends[0]), LABEL_CHARS // 2 - 2)} -> {_clip(printable(ends[1]), LABEL_CHARS // 2 - 2)}"
+        out.append(f'<g class="row"><line x1="0" x2="{width}" y1="{y + row_h}" y2="{y + row_h}" stroke="#e3e6ec"/>'
+                   f'<text x="2" y="{y + 13}">{_esc(label)}<title>{_esc(name)}</title></text></g>')
+    for e in spans:
+        i = row_of[e["tid"]]
         x = label_w + e["ts"] * scale
         w = max(e["dur"] * scale, 0.5)
         color = "#4a7fbf" if e["cat"] == "compute" else "#e0a030"
-        out.append(f'<rect x="{x:.1f}" y="{i * row_h + 4}" width="{w:.1f}" height="{row_h - 4}" fill="{color}">'
+        out.append(f'<rect x="{x:.1f}" y="{i * row_h + 6}" width="{w:.1f}" height="{row_h - 4}" fill="{color}">'
                    f'<title>{_esc(e["name"])}: {e["dur"] / 1e3:.3f} ms</title></rect>')
-    out.append(f'<text x="{label_w}" y="{row_h * len(rows) + 18}">0</text>'
-               f'<text x="{width - 80}" y="{row_h * len(rows) + 18}">{end / 1e3:.3f} ms</text></svg>')
+    out.append(f'<text x="{label_w}" y="{height - 6}">0</text>'
+               f'<text x="{width - 10}" y="{height - 6}" text-anchor="end">{end / 1e3:.3f} ms</text></svg>')
     return "".join(out)
 
 
+def timeline_rows(sc: Schedule) -> list[str]:
+    """The rows ``timeline_svg`` draws, top to bottom: the devices, then each link."""
+    return list(_tracks(predicted_events(sc)))
+
+
+def _tracks(events: list[dict]) -> dict[str, int]:
+    """Track name -> its ``tid``, in the order of the tids."""
+    tid_of = {e["args"]["name"]: e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    return dict(sorted(tid_of.items(), key=lambda kv: kv[1]))
+
+
+def _clip(text: str, n: int = LABEL_CHARS) -> str:
+    return text if len(text) <= n else text[: n - 1] + "\u2026"
+
+
 def _esc(text: str) -> str:
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """``text`` as XML character data or attribute value: control characters shown as escapes
+    (``io.printable``; XML 1.0 cannot hold most of them), then ``& < > " '`` as references."""
+    return escape(printable(text), quote=True)

@@ -380,3 +380,53 @@ def test_html_renders_in_headless_chromium(fakes, instances, tmp_path):
     assert nonwhite > 0.05, nonwhite
     if os.environ.get("MILP_REPORT_SCREENSHOT"):
         shutil.copy(shot, os.environ["MILP_REPORT_SCREENSHOT"])
+
+
+HOSTILE_NAMES = SLOW_PAIR.replace("tiny-2dev-slow", "hostile-names").replace("slow-a", "'<script>'") \
+    .replace("slow-b", "'x&y \"b\"'")
+
+
+def test_html_embeds_the_predicted_timeline_with_names_escaped(fakes, tmp_path):
+    """Each instance's best plan is drawn inline as the SVG of ``trace.timeline_svg`` (one row per
+    device, then one per link), its trace is written under traces/ and the HTML says how to open
+    it; a device named ``<script>`` is text everywhere, never markup."""
+    import json
+    import re
+    import xml.etree.ElementTree as ET
+    from html import unescape
+
+    import jsonschema
+
+    from milp_planner.instance import load_instance
+    from milp_planner.trace import TRACE_SCHEMA
+
+    inst_file = tmp_path / "hostile.yaml"
+    inst_file.write_text(HOSTILE_NAMES)
+    devices = load_instance(inst_file).device_names
+    assert devices == ["<script>", 'x&y "b"']
+    out = tmp_path / "rep"
+    assert cli(inst_file, TINY, "--planners", "fake-exact", "--repeats", "1", "--out", out, "--workers", "1",
+               "--quiet") == 0
+    html = (out / "report.html").read_text()
+    assert "<script" not in html and "http://" not in html and "https://" not in html
+    svgs = re.findall(r'<svg class="timeline".*?</svg>', html, re.S)
+    assert len(svgs) == 2  # one per instance
+    svg = svgs[0]  # hostile-names: the first instance given
+    rows = [unescape(t) for t in re.findall(r'<g class="row">.*?<title>(.*?)</title>', svg, re.S)]
+    assert rows[:2] == devices  # one row per device, in the instance's order ...
+    assert len(rows) > 2 and all(" -> " in r for r in rows[2:])  # ... then one per link
+    assert len(set(rows)) == len(rows)
+    assert "&lt;script&gt; -&gt; " in svg or " -&gt; &lt;script&gt;" in svg  # its links too
+    assert "x&amp;y &quot;b&quot;" in svg
+    assert svg.count('fill="#4a7fbf"') >= 2  # compute bars on both devices (the rows are split)
+    # the same timeline as a file for report.md and as a trace for Perfetto
+    svg_file = out / "figures" / "timeline-00-hostile-names.svg"
+    root = ET.fromstring(svg_file.read_text())  # well-formed XML on its own
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    assert "figures/timeline-00-hostile-names.svg" in (out / "report.md").read_text()
+    trace = json.loads((out / "traces" / "timeline-00-hostile-names.json").read_text())
+    jsonschema.validate(trace, TRACE_SCHEMA)
+    tracks = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert set(rows) == tracks
+    assert "traces/timeline-00-hostile-names.json" in html and "ui.perfetto.dev" in html
+    assert (out / "traces" / "timeline-01-tiny-2dev.json").is_file()

@@ -14,7 +14,8 @@ from milp_planner.cli import main
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.instance import load_instance
 from milp_planner.space.plan import Plan
-from milp_planner.trace import TRACE_SCHEMA, predicted_events, schedule_from_metrics, timeline_svg
+from milp_planner.trace import (TRACE_SCHEMA, predicted_events, schedule_from_metrics, schedule_from_metrics_dict,
+                                timeline_rows, timeline_svg)
 
 
 def check_trace(doc: dict, pids: set[int]) -> list[dict]:
@@ -60,6 +61,36 @@ def test_evaluate_trace_of_a_3_device_plan(edge3, capsys):
     assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(m.latency_s * 1e6, rel=1e-6, abs=0.01)
     svg = timeline_svg(schedule_from_metrics(m, inst))
     assert svg.startswith("<svg") and svg.count("<rect") == len(spans)
+
+
+def test_the_schedule_of_a_metrics_record_is_the_evaluators(edge3):
+    """What a report keeps of a run (``Metrics.to_dict()``) gives the same timeline as the
+    evaluator's ``Metrics``; the SVG has one row per device, then one per link."""
+    d, plan = edge3
+    inst = load_instance("example:edge-3dev")
+    m = evaluate(Plan.load(plan), inst)
+    sc = schedule_from_metrics_dict(json.loads(json.dumps(m.to_dict())), inst.device_names)
+    assert predicted_events(sc) == predicted_events(schedule_from_metrics(m, inst))
+    rows = timeline_rows(sc)
+    assert rows[:len(inst.device_names)] == inst.device_names
+    assert all(" -> " in r for r in rows[len(inst.device_names):])
+    svg = timeline_svg(sc, standalone=False)
+    assert svg.count('<g class="row">') == len(rows) and "xmlns" not in svg and "http" not in svg
+
+
+def test_timeline_svg_escapes_every_name():
+    from milp_planner.trace import Msg, Schedule
+
+    evil = ['<script>alert(1)</script>', 'a"b\'c&d', "esc\x1b[2J"]
+    sc = Schedule(evil, [{"index": 0, "first": 0, "last": 0, "compute": {n: 1e-3 for n in evil}}],
+                  [Msg(0, "<img src=x onerror=y>", evil[0], evil[1], 4, 1e-4)])
+    svg = timeline_svg(sc)
+    import xml.etree.ElementTree as ET
+
+    ET.fromstring(svg)  # well-formed: nothing a name holds ends an element or an attribute
+    for bad in ("<script", "<img", "\x1b", 'a"b'):
+        assert bad not in svg
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in svg and "esc\\x1b[2J" in svg
 
 
 class _T:

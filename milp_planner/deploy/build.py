@@ -15,7 +15,11 @@ and swapped in whole, so a failed deploy leaves the old folder as it was and a r
 deletes nothing it did not write. ``<device>`` is the device name made a file name by
 ``io.safe_filename`` (``..`` or ``a/b`` cannot leave the folder; two names that clean to the
 same one get ``-2``...). The model is read within the memory budget (``milp_planner.limits``):
-its weights with external data, about three times over (loaded, sliced, serialized).
+a binary ``.onnx`` file's weights are read per sub-model (``deploy.weights``): a sub-model is
+built from the arrays it needs, written from them as a stream, dropped, then loaded back by
+onnxruntime, so a deploy holds one sub-model's weights at a time (about twice at the peak, in
+onnxruntime), never the model's; ``reference.onnx`` is copied from the model file as a stream.
+A model loaded whole (a zoo model, a text-format file) adds its weights once.
 
 The messages are derived from the stage geometry with the evaluator's ownership rules and are
 checked against ``milp_planner.cost.evaluator.messages`` (the list the evaluator prices), so
@@ -26,53 +30,80 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import onnx
 
 from milp_planner.cost.evaluator import EXTERNAL, evaluate, messages, normalized_stages, pricer
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
 from milp_planner.io import OutputDir, printable
+from milp_planner.limits import trim_heap
 from milp_planner.space.geometry import Region, full_region
 from milp_planner.space.plan import Plan, check_plan
 from milp_planner.deploy.manifest import (EXTERNAL_NAME, Manifest, MessageSpec, PartSpec, Slice, StageSpec,
                                           validate_manifest)
 from milp_planner.deploy.regions import intersect
-from milp_planner.deploy.source import ModelSource, load_model
+from milp_planner.deploy.source import ModelSource, instance_model_path, open_model, streams_weights
 from milp_planner.deploy.submodel import build_submodel, check_loadable, numpy_dtype_names
 
 FLOAT_BYTES = 4
 #: the folder's own files: no device folder takes these names (``results`` is where ranks
 #: write when run on boards)
 TOP_LEVEL = ("manifest.json", "reference.onnx", "hostfile", "rankfile", "README.md", "results")
-#: memory of a deploy: the model with its weights, its sub-models (the weights again, sliced)
-#: and one serialization at a time, plus the interpreter and onnx (docs/deploy.md)
-WEIGHT_COPIES = 3
+#: memory of a deploy (docs/deploy.md, "Memory"): the weights of the largest stage up to three
+#: times at once (a sub-model's arrays, the whole weights a channel part is cut from; measured:
+#: about twice, when onnxruntime loads the file written), the model's weights once more when they
+#: are loaded whole (twice while ``onnx.load`` parses them), plus the interpreter, onnx and
+#: onnxruntime
+STAGE_COPIES = 3
 BASE_BYTES = 400 * 10**6
 
 
 def model_path(instance: Instance) -> Path | None:
     """The instance's ``.onnx`` file (None for a zoo model)."""
-    ref = instance.model or ""
-    if not ref or ref.startswith("zoo:"):
-        return None
-    path = Path(ref).expanduser()
-    if not path.is_absolute() and instance.path is not None:
-        path = Path(instance.path).parent / path
-    return path
+    return instance_model_path(instance)
 
 
-def check_deploy_memory(instance: Instance, budget: int | None = None) -> int:
-    """Bytes a deploy of ``instance`` needs (``PlannerError`` above the memory budget)."""
-    from milp_planner.limits import check_need
+def stage_weight_bytes(instance: Instance, plan: Plan) -> int:
+    """Bytes of weights of the plan's largest stage (every part of a row split reads them all),
+    at 4 bytes a parameter."""
+    layers = instance.graph.layers
+    return max((sum(layers[i].params for i in range(first, last + 1)) * FLOAT_BYTES
+                for first, last, _, _ in normalized_stages(plan, instance)), default=0)
+
+
+def deploy_memory_need(instance: Instance, plan: Plan | None = None, streamed: bool | None = None) -> tuple[int, str]:
+    """(bytes a deploy of ``plan`` on ``instance`` needs, what to call it in a message).
+
+    ``streamed``: whether the weights are read per sub-model (default: ``streams_weights``);
+    without ``plan`` one stage is taken to hold every weight."""
     from milp_planner.model.onnx.reading import model_file_bytes
 
     path = model_path(instance)
-    weights = sum(layer.params for layer in instance.graph.layers) * FLOAT_BYTES
+    param_bytes = sum(layer.params for layer in instance.graph.layers) * FLOAT_BYTES
+    weights = param_bytes
     what = f"deploy of {instance.model}"
     if path is not None:
         weights = max(weights, model_file_bytes(path))  # the file and its external data, checked
         what = f"deploy of {printable(path)} ({weights / 1e9:.3g} GB with its weights)"
-    need = WEIGHT_COPIES * weights + BASE_BYTES
+    stage = weights
+    if plan is not None:
+        stage = stage_weight_bytes(instance, plan)
+        if param_bytes and weights > param_bytes:  # weights the parameter count misses: in proportion
+            stage = int(stage * weights / param_bytes)
+        stage = min(stage, weights)
+    if streamed is None:
+        streamed = streams_weights(instance)
+    need = BASE_BYTES + STAGE_COPIES * stage
+    if not streamed:
+        need = BASE_BYTES + max(2 * weights, weights + STAGE_COPIES * stage)
+    return need, what
+
+
+def check_deploy_memory(instance: Instance, budget: int | None = None, plan: Plan | None = None,
+                        streamed: bool | None = None) -> int:
+    """Bytes a deploy of ``instance`` needs (``PlannerError`` above the memory budget)."""
+    from milp_planner.limits import check_need
+
+    need, what = deploy_memory_need(instance, plan, streamed)
     check_need(need, what, budget)
     return need
 
@@ -92,6 +123,20 @@ def deploy(instance: Instance, plan: Plan, out_dir, *, inputs=(), memory_budget:
     out = Path(out_dir)
     target = OutputDir(out, "deploy", [instance.path, model_path(instance), *inputs]).check()  # before any work
     check_plan(plan, instance)
+    net = instance.network
+    src = EXTERNAL if net.source.external else net.source.device
+    sink = EXTERNAL if net.sink.external else net.sink.device
+    _check_names(instance, src, sink)
+    check_deploy_memory(instance, memory_budget, plan)
+    model, weights = open_model(instance, on_full_load=lambda: check_deploy_memory(instance, memory_budget, plan,
+                                                                                   streamed=False))
+    with weights:  # the model's files, open until the end
+        _write_deployment(instance, plan, target, model, weights, src, sink)
+    return out
+
+
+def _write_deployment(instance: Instance, plan: Plan, target: OutputDir, model, weights, src: int, sink: int) -> None:
+    """The body of ``deploy``: sub-models, one at a time, then the manifest and the reference model."""
     metrics = evaluate(plan, instance, check=False)
     priced = messages(plan, instance)
     stages = normalized_stages(plan, instance)
@@ -104,12 +149,9 @@ def deploy(instance: Instance, plan: Plan, out_dir, *, inputs=(), memory_budget:
     def who(d: int) -> str:
         return EXTERNAL_NAME if d == EXTERNAL else names[d]
 
-    src = EXTERNAL if net.source.external else net.source.device
-    sink = EXTERNAL if net.sink.external else net.sink.device
-    _check_names(instance, src, sink)
-    check_deploy_memory(instance, memory_budget)
-    model = load_model(instance)
-    source = ModelSource(model, g)
+    source = ModelSource(model, g, weights)
+    # sized now (over 2 GiB is refused before any sub-model is built), written last
+    reference = weights.model_chunks(f"the model {printable(instance.model)}")
 
     owners: dict[str, list[tuple[int, Region]]] = {t: [(src, full_region(g, t))] for t in g.inputs}
     msgs: list[MessageSpec] = []
@@ -151,13 +193,14 @@ def deploy(instance: Instance, plan: Plan, out_dir, *, inputs=(), memory_budget:
                     tag = f"{folder(d)}.stage{si:03d}"
                     sub = build_submodel(source, first, last, axis, part, tag)
                     model_file = f"{folder(d)}/stage{si:03d}.onnx"
-                    data = sub.model.SerializeToString()
-                    check_loadable(data, f"stage {si} on {printable(names[d])} ({model_file})")
-                    target.write(model_file, data)  # written now, not kept
-                    del data
                     ins = tuple(Slice(p.tensor, p.region.rows, p.region.chans, p.name) for p in sub.inputs)
                     outs = tuple(Slice(p.tensor, p.region.rows, p.region.chans, p.name) for p in sub.outputs)
-                    del sub
+                    target.write(model_file, sub.chunks(f"the sub-model {model_file}"))
+                    del sub  # one sub-model's weights at a time: built, written, dropped
+                    source.release()
+                    trim_heap()
+                    check_loadable(target.staged(model_file), f"stage {si} on {printable(names[d])} ({model_file})")
+                    trim_heap()
                 specs.append(PartSpec(names[d], rng, model_file, ins, outs,
                                       cost.compute_s.get(d, 0.0), cost.recv_s.get(d, 0.0)))
             for (d, _), part in zip(parts, geos):
@@ -193,12 +236,11 @@ def deploy(instance: Instance, plan: Plan, out_dir, *, inputs=(), memory_budget:
             shapes={**{t: list(s) for t, s in g.inputs.items()}, **{l.output: list(l.shape) for l in g.layers}},
         )
         validate_manifest(manifest, "deploy")  # what run checks: never write a deployment it refuses
-        target.write("reference.onnx", model.SerializeToString())
+        target.write("reference.onnx", reference)
         target.write("hostfile", _hostfile(manifest))
         target.write("rankfile", _rankfile(manifest))
         target.write("README.md", _readme(manifest))
         target.write("manifest.json", manifest.to_json() + "\n")
-    return out
 
 
 def _hostfile(m: Manifest) -> str:

@@ -8,8 +8,10 @@ input or another layer's value is reached. That needs no extra record in the imp
 finds pattern nodes (GELU, Swish) and Identity copies as well.
 
 Constants (initializers, Constant nodes, shape arithmetic, weight preprocessing) are
-evaluated to numpy arrays once, so a sub-model holds plain initializers and a device gets
-only the slice of a weight it uses.
+evaluated to numpy arrays, so a sub-model holds plain initializers and a device gets only the
+slice of a weight it uses. An initializer is read (``deploy.weights.Weights``) each time a
+sub-model asks for it and not kept; a value computed from constants is kept until the sub-model
+is built (``ModelSource.release``), so a deploy holds one sub-model's weights at a time.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from milp_planner.errors import PlannerError
 from milp_planner.model.graph import LayerGraph
@@ -65,6 +66,79 @@ class LayerNodes:
         return self.nodes[0]
 
 
+def instance_model_path(instance) -> Path | None:
+    """The instance's ``.onnx`` file (None for a zoo model or an instance built in code)."""
+    ref = instance.model or ""
+    if not ref or ref.startswith("zoo:"):
+        return None
+    path = Path(ref).expanduser()
+    if not path.is_absolute() and instance.path is not None:
+        path = Path(instance.path).parent / path
+    return path
+
+
+def streams_weights(instance) -> bool:
+    """Whether ``open_model`` reads the instance's weights per sub-model (a binary ``.onnx``
+    file) rather than loading them whole (zoo models, text-format files)."""
+    from milp_planner.model.onnx.reading import TEXT_SUFFIXES
+
+    path = instance_model_path(instance)
+    return path is not None and path.suffix.lower() not in TEXT_SUFFIXES
+
+
+def open_model(instance, on_full_load=None):
+    """The instance's model and its ``Weights``: for a binary ``.onnx`` file the graph without
+    the data of its large initializers, which ``Weights`` reads when a sub-model uses them (see
+    deploy/weights.py); otherwise ``load_model`` (every weight in memory), after calling
+    ``on_full_load()`` (deploy checks that estimate against its memory budget)."""
+    from milp_planner.deploy.weights import Weights
+
+    path = instance_model_path(instance)
+    if streams_weights(instance):
+        model, spans = _skim_with_spans(path)
+        if model is not None:
+            _fix_input_dims(model, instance.graph)
+            return model, Weights(model, path, spans)
+    if on_full_load is not None:
+        on_full_load()
+    model = load_model(instance)
+    return model, Weights(model)
+
+
+def _skim_with_spans(path: Path):
+    """(the skimmed model, its initializers' spans), or (None, None) when the file is one to load
+    whole: ``skim`` gives up on it, or a Constant node's tensor has external data."""
+    from milp_planner.io import check_input_file
+    from milp_planner.model.onnx.reading import MAX_MODEL_BYTES, _looks_like_model
+    from milp_planner.model.onnx.skim import skim
+    from milp_planner.model.onnx.validate import external_data_bytes
+
+    check_input_file(path, "an ONNX model", MAX_MODEL_BYTES)
+    spans: list = []
+    try:
+        model = skim(path, spans)
+    except Exception:  # noqa: BLE001 - not what skim expects: onnx.load says why, or loads it
+        return None, None
+    if model is None or not _looks_like_model(model) or len(spans) != len(model.graph.initializer):
+        return None, None
+    for n in model.graph.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_location == onnx.TensorProto.EXTERNAL:
+                return None, None
+    external_data_bytes(model, str(path), path.parent)  # present, inside the folder, long enough
+    return model, spans
+
+
+def _fix_input_dims(model: onnx.ModelProto, g: LayerGraph) -> None:
+    """Symbolic input dims fixed to the instance's shapes."""
+    for vi in model.graph.input:
+        if vi.name in g.inputs:
+            tt = vi.type.tensor_type
+            tt.ClearField("shape")
+            for d in g.inputs[vi.name]:
+                tt.shape.dim.add().dim_value = int(d)
+
+
 def load_model(instance) -> onnx.ModelProto:
     """The instance's model with its weights (zoo models: seeded weights, ``zoo.build(..., weights=True)``)."""
     from milp_planner.model.loading import parse_zoo_ref
@@ -86,13 +160,7 @@ def load_model(instance) -> onnx.ModelProto:
         model = onnx.load(str(path))
     except Exception as e:
         raise PlannerError(f"{path}: cannot load the model with its weights ({str(e).splitlines()[0][:120]})") from None
-    # fix symbolic input dims to the instance's shapes
-    for vi in model.graph.input:
-        if vi.name in g.inputs:
-            tt = vi.type.tensor_type
-            tt.ClearField("shape")
-            for d in g.inputs[vi.name]:
-                tt.shape.dim.add().dim_value = int(d)
+    _fix_input_dims(model, g)
     return model
 
 
@@ -108,9 +176,12 @@ def _outer_reads(n: onnx.NodeProto) -> list[str]:
 class ModelSource:
     """Original nodes and constant values of ``model``, which ``graph`` was imported from."""
 
-    def __init__(self, model: onnx.ModelProto, graph: LayerGraph):
+    def __init__(self, model: onnx.ModelProto, graph: LayerGraph, weights=None):
+        from milp_planner.deploy.weights import Weights
+
         self.model = model
         self.graph = graph
+        self.weights = weights if weights is not None else Weights(model)
         g = model.graph
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
         self.initializers = {t.name: t for t in g.initializer}
@@ -220,13 +291,17 @@ class ModelSource:
         et = self._dtypes.get(t) or self._dtypes.get(self.resolve(t))
         return et or onnx.TensorProto.FLOAT
 
+    def release(self) -> None:
+        """Forget the values computed so far (after each sub-model: they are its weights)."""
+        self._values.clear()
+
     def value(self, t: str) -> np.ndarray:
-        """The value of constant tensor ``t``."""
+        """The value of constant tensor ``t`` (an initializer is read now and not kept)."""
         v = self._values.get(t)
         if v is not None:
             return v
         if t in self.initializers:
-            v = numpy_helper.to_array(self.initializers[t])
+            return self.weights.array(self.initializers[t])
         else:
             n = self.producer.get(t)
             if n is None or t not in self.const:

@@ -25,6 +25,7 @@ layer computes the rows (or channels) ``PartGeometry.computed`` gives it:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -50,9 +51,26 @@ class Port:
 
 @dataclass(frozen=True)
 class SubModel:
+    """The model of one part: ``model`` without its initializers, which are ``weights`` (name,
+    value), serialized straight from the arrays when written (``chunks``), so that a sub-model's
+    weights are in memory once (``proto()`` gives the whole ``ModelProto``)."""
+
     model: onnx.ModelProto
     inputs: list[Port]
     outputs: list[Port]
+    weights: list[tuple[str, np.ndarray]]
+
+    def chunks(self, label: str):
+        """The serialized model, as chunks to write one after another (``weights.model_chunks``)."""
+        from milp_planner.deploy.weights import array_tensor, model_chunks
+
+        return model_chunks(self.model, extra=[array_tensor(n, v) for n, v in self.weights], label=label)
+
+    def proto(self) -> onnx.ModelProto:
+        m = onnx.ModelProto()
+        m.CopyFrom(self.model)
+        m.graph.initializer.extend(numpy_helper.from_array(v, n) for n, v in self.weights)
+        return m
 
 
 @dataclass(frozen=True)
@@ -73,7 +91,7 @@ class _Graph:
         self.prefix = prefix
         self.opset = opset
         self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[TensorProto] = []
+        self.inits: list[tuple[str, np.ndarray]] = []
         self.count = 0
         self.slices: dict[tuple, str] = {}  # (value, axis, start, stop) -> the slice already made
 
@@ -87,8 +105,15 @@ class _Graph:
         return name
 
     def named_const(self, name: str, value) -> None:
-        """An initializer ``name`` holding ``value`` as it is (a 0-d scalar stays 0-d)."""
-        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        """An initializer ``name`` holding ``value`` as it is (a 0-d scalar stays 0-d). A slice of
+        a larger array is copied, so that the whole weight it was cut from is not kept."""
+        v = np.asarray(value)
+        base = v.base
+        while isinstance(base, np.ndarray) and base.base is not None:
+            base = base.base
+        if isinstance(base, np.ndarray) and base.nbytes > v.nbytes:
+            v = v.copy()
+        self.inits.append((name, v))
 
     def node(self, op: str, inputs: list[str], base: str, **attrs) -> str:
         out = self.fresh(base)
@@ -235,13 +260,20 @@ class _Builder:
         value_ins = [helper.make_tensor_value_info(p.name, self.src.elem_type(p.tensor),
                                                    region_shape(g.shape(p.tensor), p.region))
                      for p in inputs]
-        graph = helper.make_graph(self.g.nodes, self.g.prefix, value_ins, value_outs, self.g.inits)
-        opsets = [o for o in self.src.model.opset_import if o.domain not in ("", "ai.onnx")]
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.src.opset), *opsets],
-                                  producer_name="milp-planner deploy")
-        model.functions.extend(self.src.model.functions)
+        # the initializers stay arrays (SubModel.weights); helper.make_graph / make_model would
+        # copy every node and value twice, so the model is built in place
+        model = onnx.ModelProto()
         model.ir_version = self.src.model.ir_version or 8
-        return SubModel(model, inputs, outputs)
+        model.producer_name = "milp-planner deploy"
+        model.opset_import.append(helper.make_opsetid("", self.src.opset))
+        model.opset_import.extend(o for o in self.src.model.opset_import if o.domain not in ("", "ai.onnx"))
+        model.functions.extend(self.src.model.functions)
+        graph = model.graph
+        graph.name = self.g.prefix
+        graph.node.extend(self.g.nodes)
+        graph.input.extend(value_ins)
+        graph.output.extend(value_outs)
+        return SubModel(model, inputs, outputs, self.g.inits)
 
     def const_input(self, i: str, slicer=None) -> str:
         """A constant operand in the sub-model: its value (through ``slicer``), or, for a quantised
@@ -563,8 +595,9 @@ def build_submodel(source: ModelSource, first: int, last: int, axis: str, part: 
     return _Builder(source, first, last, axis, part, tag).build()
 
 
-def check_loadable(data: bytes, what: str) -> None:
-    """Refuse a sub-model (serialized) that onnxruntime cannot load, naming ``what`` and the cause.
+def check_loadable(data, what: str) -> None:
+    """Refuse a sub-model (serialized, or the ``Path`` of its file) that onnxruntime cannot load,
+    naming ``what`` and the cause.
 
     ``deploy`` calls it on every sub-model before it reports success, so a folder that cannot
     run is an error at deploy time, not at ``run``. Without onnxruntime installed nothing is
@@ -576,8 +609,14 @@ def check_loadable(data: bytes, what: str) -> None:
     so = ort.SessionOptions()
     so.log_severity_level = 4
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    # loading is all this checks: no thread pool, no memory arena, and no pre-packed copy of the
+    # weights (which costs about the sub-model's weights again)
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.enable_cpu_mem_arena = False
+    so.add_session_config_entry("session.disable_prepacking", "1")
     try:
-        ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        ort.InferenceSession(str(data) if isinstance(data, Path) else data, so, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several types; one line names the cause
         lines = [x.strip() for x in str(e).splitlines() if x.strip()]
         reason = (lines[0] if lines else type(e).__name__)[:300]

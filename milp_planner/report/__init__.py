@@ -79,7 +79,8 @@ def run_report(instances, planners="all", *, time_limit: float | None = 60.0, re
                options: dict[str, dict] | None = None, retry_failed: bool = False, progress: bool = True,
                grace_factor: float | None = None, grace_s: float | None = None, on_result=None,
                console=None, pareto=None, pareto_time_limit: float | None = None) -> ReportOutcome:
-    """Run, cache, and write ``results.csv``, ``report.md`` (+ ``figures/``) and ``report.html`` in ``out``.
+    """Run, cache, and write ``results.csv``, ``report.md`` (+ ``figures/``, ``traces/``) and
+    ``report.html`` in ``out``.
 
     ``pareto``: ``--pareto`` items (``"[INSTANCE=]OBJ,OBJ[,OBJ]"`` text or ``ParetoRequest``s of
     ``report.pareto_section``): a Pareto section with NSGA-II against the front on those
@@ -162,11 +163,14 @@ def run_report(instances, planners="all", *, time_limit: float | None = 60.0, re
     html = render_html(doc)
     csv_text = to_csv(rows)
     images = {img.name: img.png for img in doc.images()}
+    images.update({svg.name: svg.standalone for svg in doc.svgs()})
 
     written = {"html": out / "report.html", "md": out / "report.md", "csv": out / "results.csv"}
     with target:  # built beside, swapped in whole (the cache carried over)
         for name, png in images.items():
             target.write(f"figures/{name}", png)
+        for rel, text in doc.files.items():  # traces/*.json
+            target.write(rel, text)
         target.write("report.html", html)
         target.write("report.md", md)
         target.write("results.csv", csv_text)
@@ -175,6 +179,8 @@ def run_report(instances, planners="all", *, time_limit: float | None = 60.0, re
 
             written["pareto"] = out / "pareto.json"
             target.write("pareto.json", dumps_json([c.to_dict() for c in comparisons]) + "\n")
+    if doc.files:
+        written["traces"] = out / "traces"
     fig_dir = out / "figures"
     written["figures"] = fig_dir
     written["cache"] = cache.dir

@@ -2,11 +2,14 @@
 
 Both documents say the same thing in the same order: the gap table, the gap plot, time
 against quality, objective and runtime tables, one section per instance (its best plan as a
-chart and as a timeline), the runs that failed, and the versions.
+chart, as a timeline per device, and as the predicted timeline of ``milp_planner.trace``: an
+SVG, inline in the HTML, and a Chrome Trace Event file under ``traces/``), the runs that
+failed, and the versions.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 
@@ -43,6 +46,17 @@ class Image:
 
 
 @dataclass
+class Svg:
+    """An SVG that milp-planner drew itself (``trace.timeline_svg``: every name in it escaped
+    there): inline in report.html, the file ``figures/<name>`` for report.md."""
+
+    name: str  # file name under figures/
+    alt: str
+    inline: str = ""  # markup for HTML (no namespace)
+    standalone: str = ""  # the .svg file
+
+
+@dataclass
 class Bullets:
     items: list[str] = field(default_factory=list)
 
@@ -51,9 +65,13 @@ class Bullets:
 class Document:
     title: str
     blocks: list = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)  # other files beside the report (traces/...)
 
     def images(self) -> list[Image]:
         return [b for b in self.blocks if isinstance(b, Image)]
+
+    def svgs(self) -> list[Svg]:
+        return [b for b in self.blocks if isinstance(b, Svg)]
 
 
 def slug(text: str) -> str:
@@ -151,6 +169,7 @@ def build_document(rows: list[dict], instances_by_file: dict, meta: dict) -> Doc
                           figures.gantt(m, inst, f"{s.name}: timeline per device (receive, then compute)")))
             except Exception as e:
                 add(Para(f"(timeline not drawn: {type(e).__name__}: {e})", muted=True))
+            _predicted_timeline(doc, m, inst, s.name, base)
 
     # -- failures ---------------------------------------------------------------------------
     bad = [r for r in rows if r["status"] in ("error", "timeout") or (r["value"] is not None and not r["feasible"])]
@@ -167,6 +186,30 @@ def build_document(rows: list[dict], instances_by_file: dict, meta: dict) -> Doc
     v = meta.get("versions", {})
     add(Bullets([f"{k}: {val}" for k, val in v.items() if val] + ["results.csv holds the versions each run used"]))
     return doc
+
+
+def _predicted_timeline(doc: Document, metrics: dict, inst, name: str, base: str) -> None:
+    """The predicted timeline of a plan (``milp_planner.trace``): an SVG with one row per device
+    and per link, and the same schedule as a Chrome Trace Event file ``traces/<base>.json``."""
+    from milp_planner.trace import predicted_events, schedule_from_metrics_dict, timeline_svg, trace_document
+
+    add = doc.blocks.append
+    try:
+        sc = schedule_from_metrics_dict(metrics, list(inst.device_names), inst.network.medium == "shared")
+        svg = Svg(f"timeline-{base}.svg", f"predicted timeline of the best plan of {name}: one row per device "
+                  "and per link (sender -> receiver); blue bars compute a stage, orange bars carry a message",
+                  timeline_svg(sc, standalone=False), timeline_svg(sc))
+        trace = json.dumps(trace_document(predicted_events(sc))) + "\n"
+    except Exception as e:  # a broken record must not sink the report
+        add(Para(f"(predicted timeline not drawn: {type(e).__name__}: {e})", muted=True))
+        return
+    add(svg)
+    rel = f"traces/timeline-{base}.json"
+    doc.files[rel] = trace
+    add(Para(f"The same predicted timeline as a Chrome Trace Event file: {rel}, beside this report. To zoom "
+             "in and follow each message to the compute that waits for it, open ui.perfetto.dev and drag the "
+             "file in (or \"Open trace file\"), or open chrome://tracing in Chrome or Chromium and press "
+             "\"Load\"; the file stays on this machine.", muted=True))
 
 
 PLANNERS_PER_TABLE = 8

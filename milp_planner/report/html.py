@@ -1,11 +1,13 @@
-"""``report.html``: one self-contained file (inline CSS, figures as base64 PNG; no links, no scripts)."""
+"""``report.html``: one self-contained file (inline CSS, figures as base64 PNG or inline SVG; no
+links, no scripts). Every text is escaped here (``html.escape``); an SVG block comes from
+``milp_planner.trace.timeline_svg``, which escapes every name in it."""
 
 from __future__ import annotations
 
 import base64
 from html import escape
 
-from milp_planner.report.document import Bullets, Document, Heading, Image, Para, Table
+from milp_planner.report.document import Bullets, Document, Heading, Image, Para, Svg, Table
 
 CSS = """
 body { font-family: -apple-system, "Segoe UI", "DejaVu Sans", Helvetica, Arial, sans-serif; margin: 0;
@@ -29,6 +31,7 @@ td.num { text-align: right; white-space: nowrap; font-variant-numeric: tabular-n
 tr:nth-child(even) td { background: #f8f9fb; }
 figure { margin: 12px 0 18px; }
 figure img { max-width: 100%; height: auto; border: 1px solid #e3e6ec; }
+figure svg { max-width: 100%; height: auto; border: 1px solid #e3e6ec; background: #fff; }
 figcaption { font-size: 12px; color: #5b6475; }
 ul { margin: 6px 0 10px; padding-left: 22px; font-size: 14px; }
 """
@@ -62,6 +65,8 @@ def render_html(doc: Document) -> str:
             data = base64.b64encode(b.png).decode("ascii")
             parts.append(f'<figure><img alt="{escape(b.alt)}" src="data:image/png;base64,{data}">'
                          f"<figcaption>{escape(b.alt)}</figcaption></figure>")
+        elif isinstance(b, Svg):
+            parts.append(f'<figure>{b.inline}<figcaption>{escape(b.alt)}</figcaption></figure>')
         elif isinstance(b, Bullets):
             parts.append("<ul>" + "".join(f"<li>{escape(i)}</li>" for i in b.items) + "</ul>")
     nav = f"<nav>{''.join(toc)}</nav>" if toc else ""

@@ -8,7 +8,7 @@ errors cannot add markup (``<script>``, links, emphasis, table cells), see
 from __future__ import annotations
 
 from milp_planner.io import markdown_text
-from milp_planner.report.document import Bullets, Document, Heading, Image, Para, Table
+from milp_planner.report.document import Bullets, Document, Heading, Image, Para, Svg, Table
 
 
 def _cell(text) -> str:
@@ -31,7 +31,7 @@ def render_markdown(doc: Document) -> str:
             for r in b.rows:
                 out.append("| " + " | ".join(_cell(c) for c in r) + " |")
             out.append("")
-        elif isinstance(b, Image):
+        elif isinstance(b, (Image, Svg)):
             out += [f"![{markdown_text(b.alt)}](figures/{b.name})", ""]
         elif isinstance(b, Bullets):
             out += [f"- {markdown_text(item)}" for item in b.items] + [""]

@@ -10,12 +10,17 @@ become dims-only stubs (``data_location`` EXTERNAL, like the zoo's). Pages holdi
 data are never touched. Field numbers are onnx.proto's. The result is an ordinary
 ``ModelProto`` parsed by protobuf; anything this walk does not understand makes it give up,
 and the caller falls back to ``onnx.load``.
+
+``skim(path, spans)`` also says where each stubbed tensor lies in the file (``Span``), so that
+``deploy`` reads the weights a sub-model uses when it builds that sub-model, and copies the
+others from file to file, never holding the model's weights whole (milp_planner/deploy/weights.py).
 """
 
 from __future__ import annotations
 
 import mmap
 from pathlib import Path
+from typing import NamedTuple
 
 import onnx
 from onnx import TensorProto
@@ -78,14 +83,34 @@ def _fields(buf, start: int, end: int):
         pos = stop
 
 
+class Span(NamedTuple):
+    """Where a stubbed initializer lies in the file: its TensorProto message is the bytes
+    ``[start, end)``; ``raw`` is the ``[start, end)`` of its data when that is one ``raw_data``
+    field (the usual case), else None."""
+
+    start: int
+    end: int
+    raw: tuple[int, int] | None
+
+
+_TENSOR_RAW_DATA = 9
+
+
+def _span(buf, start: int, end: int) -> Span:
+    data = [(f, vs, stop) for f, _, _, vs, stop in _fields(buf, start, end) if f in _TENSOR_DATA]
+    raw = (data[0][1], data[0][2]) if len(data) == 1 and data[0][0] == _TENSOR_RAW_DATA else None
+    return Span(start, end, raw)
+
+
 def _len_field(field: int, payload: bytes) -> bytes:
     return _enc_varint(field << 3 | 2) + _enc_varint(len(payload)) + payload
 
 
-def _skim_tensor(buf, start: int, end: int) -> bytes:
+def _skim_tensor(buf, start: int, end: int) -> tuple[bytes, bool]:
+    """The tensor message, or its stub if it holds more than SKIM_BYTES of data; and whether stubbed."""
     fields = list(_fields(buf, start, end))
     if sum(stop - vs for f, _, _, vs, stop in fields if f in _TENSOR_DATA) <= SKIM_BYTES:
-        return bytes(buf[start:end])
+        return bytes(buf[start:end]), False
     keep = [bytes(buf[ts:stop]) for f, _, ts, _, stop in fields
             if f not in _TENSOR_DATA and f not in (_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION)]
     entry = _len_field(1, b"location") + _len_field(2, b"__milp_planner_no_data__")
@@ -96,24 +121,29 @@ def _skim_tensor(buf, start: int, end: int) -> bytes:
         entry = _len_field(1, b"length") + _len_field(2, str(held).encode())
         keep.append(_len_field(_TENSOR_EXTERNAL_DATA, entry))
     keep.append(_enc_varint(_TENSOR_DATA_LOCATION << 3) + _enc_varint(TensorProto.EXTERNAL))
-    return b"".join(keep)
+    return b"".join(keep), True
 
 
-def _skim_graph(buf, start: int, end: int) -> bytes:
+def _skim_graph(buf, start: int, end: int, spans: list | None = None) -> bytes:
     out = []
     for f, wt, ts, vs, stop in _fields(buf, start, end):
         if f == _GRAPH_INITIALIZER and wt == 2:
-            out.append(_len_field(f, _skim_tensor(buf, vs, stop)))
+            tensor, stubbed = _skim_tensor(buf, vs, stop)
+            out.append(_len_field(f, tensor))
+            if spans is not None:
+                spans.append(_span(buf, vs, stop) if stubbed else None)
         else:
             out.append(bytes(buf[ts:stop]))
     return b"".join(out)
 
 
-def skim(path: Path) -> onnx.ModelProto | None:
+def skim(path: Path, spans: list | None = None) -> onnx.ModelProto | None:
     """The model in a binary .onnx file, large initializers as dims-only stubs.
 
     None for an empty file; ``ValueError`` (or protobuf's ``DecodeError``) for bytes that
-    are not a well-formed message, a truncated file among them.
+    are not a well-formed message, a truncated file among them. ``spans``: a list that gets,
+    for each initializer of the graph in order, its ``Span`` in the file if it was stubbed,
+    else None.
     """
     with open(path, "rb") as fh:
         if fh.seek(0, 2) == 0:
@@ -122,7 +152,7 @@ def skim(path: Path) -> onnx.ModelProto | None:
             out = []
             for f, wt, ts, vs, stop in _fields(mm, 0, len(mm)):
                 if f == _MODEL_GRAPH and wt == 2:
-                    out.append(_len_field(f, _skim_graph(mm, vs, stop)))
+                    out.append(_len_field(f, _skim_graph(mm, vs, stop, spans)))
                 else:
                     out.append(bytes(mm[ts:stop]))
     proto = onnx.ModelProto()
