@@ -551,6 +551,22 @@ def test_invalid_onnx_is_refused_before_counting(tmp_path, kind, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+def test_constant_nodes_sharing_one_name_import(tmp_path):
+    """OpenVINO's exporter names many Constant nodes 'F0::anon' (silero_vad_openvino_16k, a real
+    model the corpus deploys); a Constant never becomes a layer, so its name identifies nothing."""
+    from onnx import helper, numpy_helper
+
+    from milp_planner.model.onnx import import_onnx
+
+    m = onnx_model("ok")
+    consts = [helper.make_node("Constant", [], [f"k{i}"], name="F0::anon",
+                               value=numpy_helper.from_array(np.ones(1, np.float32))) for i in range(2)]
+    m.graph.node.insert(0, consts[1])
+    m.graph.node.insert(0, consts[0])
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    assert len(import_onnx(tmp_path / "m.onnx").layers) > 0
+
+
 def test_fp16_and_uint8_models_deploy_into_sub_models_that_load(tmp_path, capsys):
     """Before: they deployed into sub-models onnxruntime could not load. Now their tensors cross
     stages with their own types, and deploy loads every sub-model before it reports success."""

@@ -3,7 +3,8 @@
 ``check_structure(proto, label, base_dir)`` runs on the file as read (weights left out), before
 shape inference:
 
-* node names are unique (a name identifies a layer in plans, profiles and deployments);
+* node names are unique (a name identifies a layer in plans, profiles and deployments), except
+  among ``Constant`` nodes, which never become layers;
 * every tensor is produced once: by a graph input, an initializer or one node output;
 * every tensor a node reads is produced before it (the nodes are in topological order, as the
   ONNX IR requires), and every graph output is produced;
@@ -71,6 +72,11 @@ _TYPED = {
 }
 
 
+#: nodes that never become a layer (folded into the constants they produce), so their names
+#: identify nothing: exporters such as OpenVINO's give many of them one name ('F0::anon')
+NAMELESS_OPS = frozenset({"Constant"})
+
+
 def _q(name: str) -> str:
     text = printable(name)
     return repr(text if len(text) <= 80 else text[:77] + "...")
@@ -96,7 +102,7 @@ def check_structure(proto: onnx.ModelProto, label: str, base_dir: Path | None = 
                f"{label}: an import of {len(g.node):,} nodes")
     names: dict[str, int] = {}
     for i, n in enumerate(g.node):
-        if n.name:
+        if n.name and n.op_type not in NAMELESS_OPS:
             j = names.setdefault(n.name, i)
             if j != i:
                 raise PlannerError(f"{label}: node name {_q(n.name)} is used by nodes {j} and {i} "
