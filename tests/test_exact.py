@@ -132,3 +132,49 @@ def test_time_limit_before_any_plan_returns_a_single_device_plan_and_the_bound(p
     assert res.value == pytest.approx(evaluate(res.plan, inst).latency_s)
     exact = get_planner("bruteforce").solve(inst, objective="latency").value
     assert res.bound is None or res.bound <= exact * (1 + 1e-9)
+
+
+# -- bruteforce's own bookkeeping (it is the reference every exact planner is checked against) ----
+
+
+def test_bruteforce_counts_the_plans_it_scores(monkeypatch):
+    """``plans`` is what decides whether bruteforce saw the whole space (its certificate), so it
+    must count exactly the plans it scored."""
+    import milp_planner.planners.exact as exact_module
+
+    calls = []
+    real = exact_module.evaluate_stages
+
+    def counting(stages, instance):
+        calls.append(1)
+        return real(stages, instance)
+
+    monkeypatch.setattr(exact_module, "evaluate_stages", counting)
+    res = get_planner("bruteforce").solve(CASES["chain"](), objective="latency")
+    assert res.status == "optimal"
+    assert res.info["plans"] == res.info["plans_total"] == len(calls)
+
+
+def test_bruteforce_keeps_to_the_fusion_limit():
+    """Fusion limit 1: every stage one layer, and the optimum the DP's over the same space."""
+    inst = CASES["chain"]()
+    inst = replace(inst, search=replace(inst.search, fusion_limit=1))
+    res = get_planner("bruteforce").solve(inst, objective="latency")
+    assert res.status == "optimal" and all(s.first == s.last for s in res.plan.stages)
+    from math import prod
+
+    from formulations.options import stage_options
+
+    n = len(inst.graph.layers)  # one stage per layer: the plans are the product of their options
+    assert res.info["plans_total"] == prod(len(stage_options(inst, b, b)) for b in range(n))
+    assert res.value == pytest.approx(get_planner("dp").solve(inst, objective="latency").value, rel=1e-9)
+
+
+def test_bruteforce_max_plans_is_inclusive():
+    inst = CASES["chain"]()
+    total = get_planner("bruteforce").solve(inst, objective="latency").info["plans_total"]
+    assert get_planner("bruteforce", max_plans=total).solve(inst, objective="latency").status == "optimal"
+    from milp_planner.planners.base import PlannerError
+
+    with pytest.raises(PlannerError, match=f"{total} plans, more than max_plans {total - 1}"):
+        get_planner("bruteforce", max_plans=total - 1).solve(inst, objective="latency")
