@@ -71,6 +71,26 @@ def _name(path) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+def _kind(st: os.stat_result, other: str) -> str:
+    """What a file that is not a regular one is, for a message."""
+    m = st.st_mode
+    if stat.S_ISFIFO(m):
+        return "a FIFO"
+    if stat.S_ISCHR(m) or stat.S_ISBLK(m):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(m) else other
+
+
+def strict_json_validator(schema: dict):
+    """A JSON Schema (2020-12) validator for ``schema`` where an integer is a JSON integer:
+    JSON Schema counts 16.0 as one, and ids, ranges and ranks written 16.0 are refused."""
+    import jsonschema
+
+    base = jsonschema.Draft202012Validator
+    types = base.TYPE_CHECKER.redefine("integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool))
+    return jsonschema.validators.extend(base, type_checker=types)(schema)
+
+
 def _stat_input(path: Path, what: str) -> os.stat_result:
     try:
         return os.stat(path)
@@ -101,9 +121,7 @@ def check_input_file(path, what: str = "a file", max_bytes: int = MAX_INPUT_BYTE
     if stat.S_ISDIR(st.st_mode):
         raise PlannerError(f"{_name(path)}: is a directory, not {what}")
     if not stat.S_ISREG(st.st_mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
-                or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "unknown kind")
-        raise PlannerError(f"{_name(path)}: not a regular file ({kind}), not {what}")
+        raise PlannerError(f"{_name(path)}: not a regular file ({_kind(st, 'unknown kind')}), not {what}")
     if st.st_size > max_bytes:
         raise PlannerError(f"{_name(path)}: {st.st_size:,} bytes is too large for {what} (limit {max_bytes:,})")
     return st.st_size
@@ -279,9 +297,7 @@ def _check_target(path: Path, option: str) -> None:
     if stat.S_ISDIR(st.st_mode):
         raise PlannerError(f"{option} {_name(path)}: is a directory (give a file name)")
     if not stat.S_ISREG(st.st_mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device" if stat.S_ISCHR(st.st_mode)
-                or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
-        raise PlannerError(f"{option} {_name(path)}: is {kind}; only a regular file is written")
+        raise PlannerError(f"{option} {_name(path)}: is {_kind(st, 'not a regular file')}; only a regular file is written")
 
 
 def _check_writable_dir(path: Path, target_dir: Path, option: str) -> None:

@@ -247,12 +247,9 @@ class Manifest:
 def _check_schema(data: dict, label: str) -> None:
     import jsonschema
 
-    from milp_planner.io import printable
+    from milp_planner.io import printable, strict_json_validator
 
-    types = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool))
-    validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=types)(MANIFEST_SCHEMA)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    error = jsonschema.exceptions.best_match(strict_json_validator(MANIFEST_SCHEMA).iter_errors(data))
     if error is None:
         return
     where = ""

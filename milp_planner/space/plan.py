@@ -82,11 +82,9 @@ def validate_plan_dict(data, source: str = "plan") -> None:
     """Raise ``PlannerError`` ``SOURCE: KEY: reason`` if ``data`` does not follow ``PLAN_SCHEMA``."""
     import jsonschema
 
-    # JSON Schema counts 16.0 as an integer; a plan's ids and ranges are integers written as such
-    types = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", lambda _, x: isinstance(x, int) and not isinstance(x, bool))
-    validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=types)(PLAN_SCHEMA)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    from milp_planner.io import strict_json_validator
+
+    error = jsonschema.exceptions.best_match(strict_json_validator(PLAN_SCHEMA).iter_errors(data))
     if error is None:
         return
     where = _schema_path(error.absolute_path) or "plan"
