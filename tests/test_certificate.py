@@ -114,7 +114,8 @@ def test_a_gap_of_exactly_the_threshold_is_optimal():
     (None, 1.0, 0.0, False), (1.0, None, 0.0, False), (None, None, 0.0, False),
     (1.0, 1.0 + 0.9e-6, 0.0, False), (1.0, 1.0 + 1.1e-6, 0.0, True), (1.0, 1.0 + 1.1e-6, 1e-6, False),
     (1.0, 1.0 - 1.1e-6, 0.0, True), (0.0, 0.0, 0.0, False), (0.0, 1e-13, 0.0, True), (0.0, 5e-18, 0.0, True),
-    (100.0, 100.0 + 0.9e-4, 0.0, False), (100.0, 100.0 + 1.1e-4, 0.0, True)])
+    (100.0, 100.0 + 0.9e-4, 0.0, False), (100.0, 100.0 + 1.1e-4, 0.0, True),
+    (1.0, 0.0, 1.0, False)])  # a difference of exactly the tolerance (1e-18 + 1.0 == 1.0) is within it
 def test_disagreement(solver, evaluator, tol, expected):
     from formulations.certificate import disagreement
 
