@@ -149,3 +149,16 @@ def test_an_lp_that_does_not_finish_proves_nothing(monkeypatch, status):
         assert not fix.lam.any()
     found = capped_shortest_path(sg, "latency", caps, fixing=fix)
     assert found.value == pytest.approx(opt, rel=1e-9)
+
+
+def test_the_cap_rule_at_its_boundary():
+    """A value exactly at its cap meets it, up to CAP_SLACK relative and no further; a search's
+    limit ``cap_limit`` lies just above the evaluator's (never below it, never by an absolute amount)."""
+    from milp_planner.cost.evaluator import CAP_SLACK, SUM_NOISE, cap_limit, within_cap
+
+    for cap in (2.5e-3, 1.0, 7.0e4):
+        assert within_cap(cap, cap) and within_cap(cap * (1 + 0.5 * CAP_SLACK), cap)
+        assert within_cap(cap * (1 + CAP_SLACK), cap)  # the boundary itself
+        assert not within_cap(cap * (1 + 3 * CAP_SLACK), cap)
+        assert cap_limit(cap) == cap * (1 + CAP_SLACK) * (1 + SUM_NOISE)
+        assert cap * (1 + CAP_SLACK) < cap_limit(cap) < cap * (1 + 2 * CAP_SLACK)
