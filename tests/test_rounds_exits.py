@@ -48,7 +48,7 @@ def _instance():
                          search=SearchSpace(2, 2, ("equal",), ("rows",)))
 
 
-def run(monkeypatch, script, incumbent=None, objective="latency", time_limit=None):
+def run(monkeypatch, script, incumbent=None, objective="latency", time_limit=None, settings=None):
     """The rounds over ``script``: one Graph or exception per round, in order."""
     monkeypatch.setattr(rounds, "_full_bounds", lambda *a, **k: SimpleNamespace(lower=1.0))
     monkeypatch.setattr(rounds, "_floor", lambda *a, **k: 0.0)
@@ -69,7 +69,7 @@ def run(monkeypatch, script, incumbent=None, objective="latency", time_limit=Non
 
     ctx = SimpleNamespace(objective=objective, time_limit=time_limit, started=time.perf_counter(),
                           report=lambda **k: None)
-    ex = explore(_instance(), ctx, lambda sg, c, ws: sg.solve, warm_start, RoundSettings(), incumbent,
+    ex = explore(_instance(), ctx, lambda sg, c, ws: sg.solve, warm_start, settings or RoundSettings(), incumbent,
                  build_graph=build_graph)
     ex.built = built
     return ex
@@ -164,6 +164,22 @@ def test_a_solver_proving_its_whole_graph_infeasible_is_infeasible(monkeypatch):
 def test_an_empty_round_raises_the_bound_to_what_it_left_out(monkeypatch):
     ex = run(monkeypatch, [Graph(1.3, None), Graph(INF, optimal(1.4))])
     assert ex.certified and ex.found.value == 1.4 and ex.lower >= 1.3
+
+
+def test_an_empty_round_then_a_time_out_keeps_what_the_empty_round_proved(monkeypatch):
+    with pytest.raises(SpaceTimeout) as err:
+        run(monkeypatch, [Graph(1.3, None), TimeoutError()])
+    assert err.value.lower == pytest.approx(1.3)  # every plan lies outside a graph that left out >= 1.3
+
+
+def test_without_bounds_one_round_over_everything_proves_the_solver_bound_only(monkeypatch):
+    unbounded = RoundSettings(bounded=False)
+    ex = run(monkeypatch, [Graph(INF, optimal(1.1))], settings=unbounded)
+    assert ex.certified and ex.lower == pytest.approx(1.1)
+    ex = run(monkeypatch, [Graph(INF, GraphSolve([1], 1.4, 1.2, False, stopped=True))], settings=unbounded)
+    assert not ex.certified and ex.lower == pytest.approx(1.2) and ex.found.value == 1.4
+    ex = run(monkeypatch, [Graph(INF, GraphSolve([1], 1.15, None, False))], settings=unbounded)
+    assert not ex.certified and ex.lower is None  # a solver that proves nothing: no bound at all
 
 
 def test_an_incumbent_at_the_bound_ends_the_rounds_at_once(monkeypatch):
