@@ -250,3 +250,12 @@ def test_a_min_max_f2_takes_its_floor_without_a_search():
     floor = [s for s in front.steps if s.minimised == "memory"]
     assert len(floor) == 1 and "floor (no search)" in floor[0].message
     assert floor[0].bound <= min(v[1] for v in brute_front(case, objs))
+
+
+def test_a_reference_point_is_used_as_given_and_checked_for_its_length():
+    front = pareto_front(CASES["chain"](), ["latency", "energy"])
+    far = [2 * max(p.values["latency"] for p in front.points), 2 * max(p.values["energy"] for p in front.points)]
+    given = pareto_front(CASES["chain"](), ["latency", "energy"], reference=far)
+    assert list(given.reference) == far and given.hypervolume > front.hypervolume
+    with pytest.raises(PlannerError, match="give 2 values, one per objective"):
+        pareto_front(CASES["chain"](), ["latency", "energy"], reference=far[:1])
