@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 RESULTS = Path(__file__).parent / "results"
+RUN_MEMORY_BUDGET = 12 * 10**9  # bytes a deployment run may use here (see run_deployment below)
 WORK = RESULTS / "fidelity"
 MODELS = {  # label -> zoo reference (small inputs: a run takes seconds on one core)
     "VGG-like (vgg16, 64 px)": "vgg16:64",
@@ -94,7 +95,10 @@ def run_one(inst_path: Path, plan_path: Path, repeat: int, timeout: float) -> di
     plan = Plan.load(plan_path)
     with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:
         out_dir = deploy(inst, plan, Path(tmp) / "deploy")
-        res = run_deployment(out_dir, repeat=repeat, check=True, emulate_network=True, timeout=timeout)
+        # the run's memory estimate (3 session copies of every sub-model and of the reference) is
+        # cautious; VGG-16's 2-rank run is estimated at 4 GB, over the default budget, on a 24 GB host
+        res = run_deployment(out_dir, repeat=repeat, check=True, emulate_network=True, timeout=timeout,
+                             memory_budget=RUN_MEMORY_BUDGET)
         res["parts_alone_s"] = time_parts(out_dir)
     return res
 
