@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
-from milp_planner.cli_args import COUNT, TIME_LIMIT
+from pathlib import Path
+
+from milp_planner.cli_args import COUNT, TIME_LIMIT, named_shape
+from milp_planner.errors import PlannerError
 from milp_planner.limits import parse_budget
 
 
@@ -30,15 +33,49 @@ def cmd_deploy(args) -> int:
 
 
 def cmd_run(args) -> int:
+    import argparse
+
+    from milp_planner.cli_args import input_shape_map
+
+    try:
+        shapes = input_shape_map(args.input_shape)
+    except argparse.ArgumentTypeError as e:
+        raise PlannerError(str(e)) from None
+    if args.trace:  # before any work
+        from milp_planner.io import check_output_path
+
+        check_output_path(args.trace, option="--trace")
+    if shapes is None:
+        if args.instance is not None:
+            raise PlannerError("run: --instance is read only with --input-shape (to deploy the plan at that shape)")
+        return _run(args, args.folder)
+    if args.instance is None:
+        raise PlannerError("run --input-shape: give --instance, the instance file the folder was deployed from "
+                           "(its model is imported again at the new shape)")
+    import shutil
+    import tempfile
+
+    from milp_planner.deploy.reshape import deploy_at_shape, shape_text
+    from milp_planner.io import printable
+
+    tmp = Path(tempfile.mkdtemp(prefix="milp-planner-reshape-"))
+    try:
+        folder = deploy_at_shape(args.folder, args.instance, shapes, tmp / "deployment",
+                                 memory_budget=args.memory_budget)
+        if not args.json:
+            print(f"input shape {shape_text(shapes)}: the plan of {printable(args.folder)} deployed at this shape "
+                  f"in a temporary folder (deleted after the run)")
+        return _run(args, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(args, folder) -> int:
     from milp_planner.deploy import run_deployment
 
     from milp_planner.io import dumps_json, printable
 
-    if args.trace:
-        from milp_planner.io import check_output_path
-
-        check_output_path(args.trace, option="--trace")
-    report = run_deployment(args.folder, input=args.input, repeat=args.repeat, check=args.check,
+    report = run_deployment(folder, input=args.input, repeat=args.repeat, check=args.check,
                             emulate_network=args.emulate_network, timeout=args.timeout,
                             memory_budget=args.memory_budget)
     if args.trace:
@@ -46,7 +83,7 @@ def cmd_run(args) -> int:
         from milp_planner.trace import (measured_events, predicted_events, schedule_from_manifest,
                                         trace_document, write_trace)
 
-        m = Manifest.load(args.folder)
+        m = Manifest.load(folder)
         write_trace(args.trace, trace_document(predicted_events(schedule_from_manifest(m)),
                                                measured_events(report["timeline"])))
     if args.json:
@@ -103,6 +140,11 @@ def add_deploy_parsers(sub) -> None:
                         "rank is stopped (default 120)")
     s.add_argument("--memory-budget", type=parse_budget, default=None, metavar="SIZE",
                    help="memory the run may use with all its ranks, e.g. 8GB (default 4GB; checked before start)")
+    s.add_argument("--input-shape", type=named_shape, action="append", metavar="[NAME=]SHAPE",
+                   help="run the folder's plan at another input shape, e.g. 1,3,32,32 (once per input; needs "
+                        "--instance): the model is imported again and the plan deployed at that shape in a "
+                        "temporary folder, rows split in the same proportions; no new solve")
+    s.add_argument("--instance", help="with --input-shape: the instance file the folder was deployed from")
     s.set_defaults(func=cmd_run)
 
 
