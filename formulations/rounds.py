@@ -46,6 +46,7 @@ from milp_planner.instance import Instance
 INCUMBENT_PROVEN = 1e-7  # relative: a proven bound this close to the incumbent ends the rounds
 FIRST_CAP = 4000  # arcs a round may enumerate after a round of fewer than FIRST_CAP / 16
 AIM_GROWTH = 4  # the next round aims at this many times the last round's arcs
+MAX_EXP = 700.0  # math.exp overflows past about 709.78: a step beyond this aims at no finite bound
 TINY_STEP = 1e-4  # relative: a round this close to the last that overflows is retried larger
 THRESHOLD_TIME = 0.15  # period: the threshold probes' most share of the time left
 FLOOR_TIME = 0.1  # the floors' LP (milp_planner.cost.flow), when not remembered: its most share of the time left
@@ -127,7 +128,10 @@ def _aim(grown: list[tuple[float, int]]) -> float:
     if a2 <= a1 or u2 <= u1 or u1 <= 0:
         return math.inf
     rate = math.log(a2 / a1) / math.log(u2 / u1)
-    return u2 * math.exp(math.log(max(AIM_GROWTH, FIRST_CAP / 2 / a2)) / rate)
+    if not rate > 0:  # bounds so far apart that their ratio overflows
+        return math.inf
+    step = math.log(max(AIM_GROWTH, FIRST_CAP / 2 / a2)) / rate
+    return u2 * math.exp(step) if step < MAX_EXP else math.inf
 
 
 def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm_start: WarmStarter,

@@ -18,6 +18,14 @@ def test_aim_needs_two_rounds_that_grew():
     assert _aim([(1.0, 10), (0.99, 100)]) == math.inf
 
 
+def test_aim_of_a_very_slow_growth_is_no_bound():
+    """differential seed 22804 (kept in tests/differential_corpus): the arcs barely grew while the
+    bound doubled, and the fit's step overflowed math.exp (OverflowError out of pareto)."""
+    assert _aim([(1.0, 10), (2.0, 11)]) < math.inf
+    assert _aim([(1.0, 1000), (1e6, 1001)]) == math.inf
+    assert _aim([(1e-300, 2), (1e300, 3)]) == math.inf
+
+
 def test_aim_is_where_the_log_linear_fit_reaches_the_target():
     (u1, a1), (u2, a2) = (0.40957, 2), (0.41285, 394)  # VGG16 on four devices, rounds 2 and 3
     rate = math.log(a2 / a1) / math.log(u2 / u1)
