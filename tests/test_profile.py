@@ -67,8 +67,9 @@ def test_profile_file_loads_as_a_table_device_and_prices_plans(host_file, tmp_pa
     assert set(dev.compute.table) == {layer.name for layer in inst.graph.layers}
     # a channel-splittable conv has its own channel table
     assert "conv2" in dev.compute.channel_table
-    # the measured fixed cost of a run call is the per-stage cost, charged once per stage
+    # the per-stage cost measured in a deployment, charged once per stage
     assert data["compute"]["stage_overhead_s"] > 0
+    assert "deployed with every layer its own stage" in data["assumptions"]
     ov = float(dev.compute.stage_overhead_s)
     assert ov == pytest.approx(data["compute"]["stage_overhead_s"])
     # one device, whole layers: latency = the table's whole-layer times + one overhead per stage
@@ -81,7 +82,49 @@ def test_profile_file_loads_as_a_table_device_and_prices_plans(host_file, tmp_pa
     stages = [Stage(l.id, l.id, "none", (Part("a"),)) for l in inst.graph.layers]
     stages[1] = Stage(1, 1, "rows", (Part("a", (0, 16)), Part("b", (16, 32))))
     m = evaluate(Plan(inst.name, list(stages)), inst)
-    assert 0 < m.stages[1].compute_s[0] < float(dev.compute.table["conv2"][-1][1])
+    assert 0 < m.stages[1].compute_s[0] - ov < float(dev.compute.table["conv2"][-1][1])
+
+
+def test_the_stage_cost_is_the_deployment_excess_per_stage(monkeypatch):
+    """Golden arithmetic with the two timings replaced: a whole-model run of 1 ms and the model
+    deployed a stage per layer (6 stages) in 1.6 ms give 0.1 ms a stage; a deployment faster
+    than the whole model leaves one run call; a deployment that fails is said and leaves one
+    run call too."""
+    import milp_planner.deploy.profile as prof
+
+    monkeypatch.setattr(prof, "time_model", lambda model, settings, rng: (1e-3 + 5e-6, (1,)))
+    monkeypatch.setattr(prof, "run_overhead", lambda settings: 5e-6)
+    monkeypatch.setattr(prof, "deployed_stage_cost", lambda ref, graph, settings: (1.6e-3, 6))
+    p = profile_model("zoo:tiny_chain", settings=FAST)
+    assert p.stage_cost_s == pytest.approx(1e-4) and p.staged_total_s == pytest.approx(1.6e-3)
+    assert p.device_entry()["compute"]["stage_overhead_s"] == pytest.approx(1e-4)
+    monkeypatch.setattr(prof, "deployed_stage_cost", lambda ref, graph, settings: (0.9e-3, 6))
+    assert profile_model("zoo:tiny_chain", settings=FAST).stage_cost_s == pytest.approx(5e-6)
+
+    def fails(ref, graph, settings):
+        raise PlannerError("deploy: no room")
+
+    monkeypatch.setattr(prof, "deployed_stage_cost", fails)
+    p = profile_model("zoo:tiny_chain", settings=FAST)
+    assert p.stage_cost_s == pytest.approx(5e-6) and p.staged_total_s is None
+    assert any("per-stage cost was not measured in a deployment (deploy: no room)" in n for n in p.notes)
+    assert "Per stage (stage_overhead_s): one run call" in p.device_entry()["assumptions"]
+
+
+def test_without_context_or_stages_the_stage_cost_is_one_run_call():
+    from dataclasses import replace
+
+    for settings in (replace(FAST, context=False), replace(FAST, stages=False)):
+        p = profile_model("zoo:tiny_chain", settings=settings)
+        assert p.stage_overhead_s is None and p.stage_cost_s == p.run_overhead_s
+
+
+def test_deployed_stage_cost_runs_every_layer_as_a_stage():
+    from milp_planner.deploy.profile import deployed_stage_cost
+
+    graph = load_model_with_weights("zoo:tiny_chain")[1]
+    seconds, stages = deployed_stage_cost("zoo:tiny_chain", graph, FAST)
+    assert stages == len(graph.layers) and seconds > 0
 
 
 def test_fractions_ascend_and_times_do_not_decrease(host_file):

@@ -79,6 +79,7 @@ class ProfileSettings:
     seed: int = 0
     context: bool = True  # scale each layer's points to its kernel time inside the whole model
     clock: str = "cpu"  # "cpu": CPU time of the thread that runs the model; "wall": elapsed time
+    stages: bool = True  # with context: measure the per-stage cost in a deployment (stage_overhead_s)
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,14 @@ class HostProfile:
     notes: list[str] = field(default_factory=list)
     context_total_s: float | None = None  # kernel time of one whole-model run (context on)
     isolated_total_s: float | None = None  # the layers' whole-layer times, each run alone
+    stage_overhead_s: float | None = None  # charged per stage part (None: one run call, run_overhead_s)
+    staged_total_s: float | None = None  # one run of the model deployed a stage per layer (context on)
+
+    @property
+    def stage_cost_s(self) -> float:
+        """What the device file charges per stage: the deployed per-stage cost when measured,
+        else one run call."""
+        return self.run_overhead_s if self.stage_overhead_s is None else self.stage_overhead_s
 
     def device_entry(self) -> dict:
         """The device-file content: ``compute`` (a ``table`` model) plus ``source``/``assumptions``."""
@@ -126,8 +135,8 @@ class HostProfile:
             else:  # one axis measured: the layer's only table
                 table[lp.name] = rows or chans
         compute: dict = {"model": "table", "table": table,
-                         # the fixed cost of running one stage (docs/model.md section 4): one run call
-                         "stage_overhead_s": _sec_out(self.run_overhead_s)}
+                         # the fixed cost of running one stage (docs/model.md section 4)
+                         "stage_overhead_s": _sec_out(self.stage_cost_s)}
         if self.fallback_macs_per_s is not None:
             compute["macs_per_s"] = float(f"{self.fallback_macs_per_s:.4g}")
         s = self.settings
@@ -137,9 +146,8 @@ class HostProfile:
             f"{s.repeats} runs ({'CPU time of the running thread' if s.clock == 'cpu' else 'wall time'}); requested fractions {', '.join(f'{f:g}' for f in s.fractions)} "
             f"(rows: round(f x H) output rows from the middle of the map, halo included; channels: "
             f"round(f x C) output channels); the fixed cost of one run call "
-            f"({self.run_overhead_s * 1e6:.1f} us) is subtracted from every point and charged once per stage "
-            f"instead (stage_overhead_s); points made non-decreasing (a running "
-            f"minimum from the whole layer down)."
+            f"({self.run_overhead_s * 1e6:.1f} us) is subtracted from every point; points made non-decreasing "
+            f"(a running minimum from the whole layer down)."
         )
         if self.context_total_s is not None:
             assumptions += (
@@ -148,6 +156,17 @@ class HostProfile:
                 f"runs; cold weights, fused neighbours) times one run of the whole model: whole model {self.context_total_s * 1e3:.3f} ms in context, "
                 f"{self.isolated_total_s * 1e3:.3f} ms as the sum of the layers run alone."
             )
+        if self.staged_total_s is not None:
+            n = len(self.layers)
+            assumptions += (
+                f" Per stage (stage_overhead_s, {self.stage_cost_s * 1e6:.1f} us): the model deployed with every "
+                f"layer its own stage and run by the deployment's rank program took "
+                f"{self.staged_total_s * 1e3:.3f} ms; its excess over the whole model, per stage, is what a rank "
+                f"pays per stage beyond its layers' kernels (the run call, inputs assembled, outputs stored, caches "
+                f"the switch between sub-models leaves cold), at least one run call."
+            )
+        else:
+            assumptions += f" Per stage (stage_overhead_s): one run call, {self.stage_cost_s * 1e6:.1f} us."
         if self.notes:
             assumptions += " Notes: " + " ".join(self.notes)
         return {
@@ -629,6 +648,45 @@ def context_times(model: onnx.ModelProto, graph: LayerGraph, settings: ProfileSe
     return times, rest
 
 
+def deployed_stage_cost(ref: str, graph: LayerGraph, settings: ProfileSettings) -> tuple[float, int]:
+    """(seconds of one run, stages) of the model deployed on this host with every layer its own
+    stage, run by the deployment's own rank program (``deploy.runtime.RankProgram``, in this
+    process, no messages) on the profile's clock: what a rank pays per stage beyond its layers'
+    kernels (the run call, assembling inputs, storing outputs, the caches the switch between
+    sub-models leaves cold) is this run's excess over one run of the whole model."""
+    import tempfile
+
+    from milp_planner.deploy.build import deploy
+    from milp_planner.deploy.manifest import Manifest
+    from milp_planner.deploy.runtime import Mailbox, RankProgram, make_inputs
+    from milp_planner.instance.reader import instance_from_dict
+    from milp_planner.space.plan import Part, Plan, Stage
+
+    host = {"name": "host", "compute": {"model": "linear", "macs_per_s": 1e9}}
+    data = {"name": "profile-stages", "model": str(ref), "devices": [host],
+            "network": {"bandwidth_mbps": 1000, "latency_ms": 0, "source": {"device": "host"},
+                        "sink": {"device": "host"}},
+            "search": {"fusion_limit": 1, "max_parts": 1}}
+    inst = instance_from_dict(data, "profile", graph=graph)
+    plan = Plan(inst.name, [Stage(i, i, "none", (Part("host"),)) for i in range(len(graph.layers))])
+    clock = CLOCKS[settings.clock]
+    with tempfile.TemporaryDirectory(prefix="milp-profile-stages-") as tmp:
+        folder = deploy(inst, plan, Path(tmp) / "deployment")
+        m = Manifest.load(folder)
+        prog, box, inputs = RankProgram(folder, m, "host"), Mailbox(), make_inputs(m)
+        prog.load()
+        times = []
+        for r in range(settings.warmup + settings.repeats):
+            prog.start(inputs)
+            t0 = clock()
+            for stage in m.stages:
+                prog.send_stage(stage.index, box)
+                prog.run_stage(stage.index, box)
+            if r >= settings.warmup:
+                times.append(clock() - t0)
+    return statistics.median(times), len(m.stages)
+
+
 def _scaled(points: list[Point], factor: float) -> list[Point]:
     return [Point(p.fraction, max(p.seconds * factor, MIN_SECONDS)) for p in points]
 
@@ -674,7 +732,7 @@ def profile_model(ref: str, input_shape=None, settings: ProfileSettings | None =
             notes.append(f"layer {layer.name} ({layer.op}) not timed ({str(e).splitlines()[0][:100]}); "
                          "priced by macs_per_s.")
             missing.append(layer)
-    context_total = isolated_total = None
+    context_total = isolated_total = staged_total = stage_overhead = None
     if settings.context:
         ctx, rest = context_times(model, graph, settings, rng)
         # the profiler's kernel times are elapsed times: they give each layer's share of a run,
@@ -690,6 +748,14 @@ def profile_model(ref: str, input_shape=None, settings: ProfileSettings | None =
                 continue  # fused into a neighbour's kernel in the whole model: its own time stays
             lp.rows, lp.channels = _scaled(lp.rows, t_ctx / whole), _scaled(lp.channels, t_ctx / whole)
         context_total = whole_run
+        if settings.stages:
+            try:
+                staged, n_stages = deployed_stage_cost(ref, graph, settings)
+                stage_overhead = max((staged - whole_run) / n_stages, overhead)
+                staged_total = staged
+            except Exception as e:  # noqa: BLE001 - reported in the file; the run call alone is charged
+                notes.append(f"the per-stage cost was not measured in a deployment ({str(e).splitlines()[0][:100]}); "
+                             "stage_overhead_s is one run call.")
         alone = [lp.name for lp in layers if lp.name not in ctx]
         if alone:
             notes.append(f"{len(alone)} layer(s) have no kernel of their own in the whole model (fused into "
@@ -708,7 +774,7 @@ def profile_model(ref: str, input_shape=None, settings: ProfileSettings | None =
     return HostProfile(model=ref, input_shape=tuple(shape), layers=layers, settings=settings,
                        host=host_description(), date=date, run_overhead_s=overhead,
                        fallback_macs_per_s=fallback, notes=notes, context_total_s=context_total,
-                       isolated_total_s=isolated_total)
+                       isolated_total_s=isolated_total, stage_overhead_s=stage_overhead, staged_total_s=staged_total)
 
 
 DEVICE_FILE_SUFFIXES = (".yaml", ".yml", ".json")

@@ -9,8 +9,8 @@ run is not counted.
 ``--emulate-network`` holds every message until its modelled arrival: sent at ``t`` (the
 sender's clock, carried with the message), it arrives at ``max(t, end of the receiver's
 previous arrival) + bytes / bandwidth + latency`` (the evaluator's transfer time), and the
-receiver sleeps until then. The clock is ``time.monotonic()``, shared by every process of one
-host: an emulation for one machine only.
+receiver sleeps until then (spinning for the last ``SPIN_S``). The clock is
+``time.monotonic()``, shared by every process of one host: an emulation for one machine only.
 
 Results go to ``RESULTS/rank<R>.json`` (and ``outputs.npz`` at the sink). A rank that fails
 writes ``rank<R>.error`` (one line) and aborts the whole job. For tests only, the variable
@@ -30,6 +30,10 @@ import numpy as np
 
 from milp_planner.deploy.manifest import Manifest, MessageSpec
 from milp_planner.deploy.runtime import RankProgram, make_inputs, tensor_dtype
+
+#: the last part of an emulated wait is spun, not slept: ``time.sleep`` wakes about 80 us late
+#: (Linux timer slack and scheduling), which would add that to every emulated message
+SPIN_S = 2e-4
 
 
 class MpiTransport:
@@ -64,8 +68,10 @@ class MpiTransport:
             arrival = max(float(stamp[0]), self.link_free) + msg.time_s
             self.link_free = arrival
             wait = arrival - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
+            if wait > SPIN_S:
+                time.sleep(wait - SPIN_S)
+            while time.monotonic() < arrival:  # time.sleep overshoots (about 80 us on Linux)
+                pass
         return buf
 
     def finish(self) -> None:
