@@ -311,3 +311,43 @@ def test_cli_deploy_and_errors(tmp_path, capsys):
     plan.write_text('{"stages": [{"first": 0, "last": 0, "parts": [{"device": "zz"}]}]}')
     assert main(["deploy", "example:tiny-2dev", str(plan), "--out", str(tmp_path / "dep2")]) == 2
     assert "unknown device 'zz'" in capsys.readouterr().err
+
+
+class _Clock:
+    """A fake ``time`` for the emulated network: ``sleep`` wakes ``late`` seconds late, and every
+    read of the clock costs ``tick``."""
+
+    def __init__(self, late=80e-6, tick=1e-6):
+        self.now, self.late, self.tick, self.slept = 0.0, late, tick, []
+
+    def monotonic(self):
+        self.now += self.tick
+        return self.now
+
+    def sleep(self, s):
+        self.slept.append(s)
+        self.now += s + self.late
+
+
+@pytest.mark.parametrize("time_s, sleeps", [(1e-3, 1), (1e-4, 0)])
+def test_emulated_arrival_is_kept_to_the_microsecond(monkeypatch, time_s, sleeps):
+    """The receiver sleeps until SPIN_S before the modelled arrival and spins the rest, so a
+    sleep that wakes 80 us late does not delay the message (it did, on every message)."""
+    from milp_planner.deploy import worker
+    from milp_planner.deploy.manifest import MessageSpec
+
+    clock = _Clock()
+    monkeypatch.setattr(worker, "time", clock)
+    monkeypatch.setattr(worker, "tensor_dtype", lambda manifest, tensor: np.float32)
+
+    class Comm:
+        def Recv(self, buf, source, tag):
+            buf[...] = 0.0  # the stamp: sent at time 0
+
+    t = worker.MpiTransport(Comm(), {"a": 0, "b": 1}, emulate=True)
+    t.shapes, t.manifest = {"x": [1, 1, 2, 2]}, None
+    msg = MessageSpec(0, 0, "x", "a", "b", (0, 2), (0, 1), 16, 16, time_s)
+    assert t.recv(msg).shape == (1, 1, 2, 2)
+    assert len(clock.slept) == sleeps
+    assert time_s <= clock.now <= time_s + 5e-6
+    assert t.link_free == time_s
