@@ -34,6 +34,10 @@ Method (docs/profiles.md, "Profiling this host"):
   whole-layer time is its share of the kernel time in context times one run of the whole
   model on the profile's clock (the fractions keep the shape measured alone). A layer with
   no kernel of its own there keeps its time alone.
+* Per stage (with context): the model is deployed with every layer its own stage on one
+  device and run by the deployment's rank program (``deployed_stage_cost``); the excess of
+  that run over one run of the whole model, per stage, at least one run call, is the
+  device's ``stage_overhead_s`` (what a rank pays per stage beyond its layers' kernels).
 * Points are made non-decreasing in the fraction (a running minimum from the whole layer
   down), so the interpolation never makes a smaller part dearer than a larger one. A cut that cannot be
   built or run is left out and said in ``notes``; a layer that cannot be timed at all is
