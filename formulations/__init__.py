@@ -16,8 +16,9 @@
   (``drivers``); ``explore``: the rounds by upper bound over the whole space (``rounds``);
   ``GraphSolve``, ``Exploration``: what was proven (``certificate``); ``explain_infeasible``
   (``diagnosis``);
-- ``pareto_front(instance, objectives)``: the ε-constraint loop with lexicographic steps over an
-  exact planner (or your own ``solve``), a certified front or a bounded one (``pareto``).
+- ``ParetoFront``, ``ParetoPoint``, ``lower_bound_set``: a Pareto front's points and the lower
+  bound set its ε-steps prove (``pareto``; the ε-constraint loop over the planners that computes
+  the front is ``milp_planner.pareto.pareto_front``).
 """
 
 from formulations.caps import CappedPath, Fixing, capped_shortest_path, lagrangian_fixing
@@ -31,10 +32,10 @@ from formulations.warmstart import WarmStart, dp_warm_start
 from formulations.drivers import solve_cpsat, solve_dp, solve_highs
 from formulations.rounds import RoundSettings, explore
 from formulations.diagnosis import explain_infeasible
-from formulations.pareto import ParetoFront, ParetoPoint, lower_bound_set, pareto_front
+from formulations.pareto import ParetoFront, ParetoPoint, lower_bound_set
 
 __all__ = ["Arc", "StageGraph", "StageOption", "build_stage_graph", "stage_options", "shortest_path",
            "prefix_suffix", "capped_shortest_path", "lagrangian_fixing", "CappedPath", "Fixing", "build_milp", "solution_arcs", "build_cpsat", "CpsatModel",
            "WarmStart", "dp_warm_start", "GraphSolve", "Exploration", "solve_dp", "solve_highs", "solve_cpsat",
            "RoundSettings", "explore", "explain_infeasible",
-           "ParetoFront", "ParetoPoint", "lower_bound_set", "pareto_front", "MinMaxResult", "minmax_search"]
+           "ParetoFront", "ParetoPoint", "lower_bound_set", "MinMaxResult", "minmax_search"]
