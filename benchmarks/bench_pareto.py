@@ -1,4 +1,4 @@
-"""Pareto fronts (``formulations.pareto``) on the AutoDiCE and DIAPASON instances, against NSGA-II.
+"""Pareto fronts (``milp_planner.pareto``) on the AutoDiCE and DIAPASON instances, against NSGA-II.
 
 Per case: the ε-constraint front with ``milp`` within ``--time-limit`` seconds (certified, or the
 points found with their lower bound set and hypervolume gap), and the hypervolume of the
@@ -41,9 +41,9 @@ def run_case(path: str, objectives: list[str], time_limit: float, nsga_limit: fl
     from formulations.pareto import hypervolume
     from milp_planner.cost.evaluator import evaluate
     from milp_planner.instance import load_instance
+    from milp_planner.pareto import pareto_front
     from milp_planner.planners import get_planner
     from milp_planner.space.plan import Plan
-    from formulations.pareto import pareto_front
 
     inst = load_instance(ROOT / path)
     t0 = time.perf_counter()

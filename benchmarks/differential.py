@@ -437,7 +437,7 @@ def check_planners(case: Case, tally: Tally, rng: random.Random) -> None:
 
 
 def check_front(case: Case, tally: Tally, objectives, planner: str = "milp", time_limit: float | None = None) -> None:
-    from formulations.pareto import pareto_front
+    from milp_planner.pareto import pareto_front
 
     where = f"pareto{len(objectives)}"
     what = f"{planner} {','.join(objectives)}"

@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CERT_TESTS = ["tests/test_certificate.py", "tests/test_status.py", "tests/test_rounds_exits.py",
               "tests/test_crash_regressions.py", "tests/test_exact.py", "tests/test_differential.py::test_quick_cases",
               "tests/test_differential.py::test_the_bed_catches_a_wrong_certificate"]
+PARETO_TESTS = ["tests/test_pareto.py", "tests/test_differential.py::test_quick_fronts",
+                "tests/test_differential.py::test_the_bed_catches_a_missing_front_point"]
 #: the operators that can change what is proven; the rounds' step sizes and budgets (their numeric
 #: constants) only change how fast a certificate comes, so they are left out there
 DECISIONS = frozenset({"compare", "boolop", "not", "minmax"})
@@ -52,9 +54,8 @@ TARGETS = [
     ("rounds", "formulations/rounds.py", ["explore", "_rounds", "graph_answer"], DECISIONS, CERT_TESTS),
     ("caps", "milp_planner/cost/evaluator.py", ["within_cap", "cap_limit"], EVERY,
      CERT_TESTS + ["tests/test_caps.py", "tests/test_evaluator.py"]),
-    ("pareto", "formulations/pareto.py", ["next_cap", "resolution", "pareto_front"], EVERY,
-     ["tests/test_pareto.py", "tests/test_differential.py::test_quick_fronts",
-      "tests/test_differential.py::test_the_bed_catches_a_missing_front_point"]),
+    ("pareto", "formulations/pareto.py", ["next_cap", "resolution"], EVERY, PARETO_TESTS),
+    ("pareto", "milp_planner/pareto.py", ["pareto_front"], EVERY, PARETO_TESTS),
     ("geometry", "milp_planner/space/geometry.py", ["StageGeometry._row_part", "StageGeometry._channel_part",
                                                     "round_half_up"], EVERY,
      ["tests/test_geometry_golden.py", "tests/test_evaluator.py"]),

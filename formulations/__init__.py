@@ -16,25 +16,46 @@
   (``drivers``); ``explore``: the rounds by upper bound over the whole space (``rounds``);
   ``GraphSolve``, ``Exploration``: what was proven (``certificate``); ``explain_infeasible``
   (``diagnosis``);
-- ``pareto_front(instance, objectives)``: the ε-constraint loop with lexicographic steps over an
-  exact planner (or your own ``solve``), a certified front or a bounded one (``pareto``).
+- ``ParetoFront``, ``ParetoPoint``, ``lower_bound_set``: a Pareto front's points and the lower
+  bound set its ε-steps prove (``pareto``; the ε-constraint loop over the planners that computes
+  the front is ``milp_planner.pareto.pareto_front``).
+
+The names resolve on first use (PEP 562), so ``import formulations`` loads neither Pyomo nor
+OR-Tools; ``from formulations import build_milp`` imports ``formulations.milp`` then.
 """
 
-from formulations.caps import CappedPath, Fixing, capped_shortest_path, lagrangian_fixing
-from formulations.cpsat import CpsatModel, build_cpsat
-from formulations.minmax import MinMaxResult, minmax_search
-from formulations.dp import prefix_suffix, shortest_path
-from formulations.milp import build_milp, solution_arcs
-from formulations.stagegraph import Arc, StageGraph, StageOption, build_stage_graph, stage_options
-from formulations.certificate import Exploration, GraphSolve
-from formulations.warmstart import WarmStart, dp_warm_start
-from formulations.drivers import solve_cpsat, solve_dp, solve_highs
-from formulations.rounds import RoundSettings, explore
-from formulations.diagnosis import explain_infeasible
-from formulations.pareto import ParetoFront, ParetoPoint, lower_bound_set, pareto_front
+from __future__ import annotations
 
-__all__ = ["Arc", "StageGraph", "StageOption", "build_stage_graph", "stage_options", "shortest_path",
-           "prefix_suffix", "capped_shortest_path", "lagrangian_fixing", "CappedPath", "Fixing", "build_milp", "solution_arcs", "build_cpsat", "CpsatModel",
-           "WarmStart", "dp_warm_start", "GraphSolve", "Exploration", "solve_dp", "solve_highs", "solve_cpsat",
-           "RoundSettings", "explore", "explain_infeasible",
-           "ParetoFront", "ParetoPoint", "lower_bound_set", "pareto_front", "MinMaxResult", "minmax_search"]
+import importlib
+
+#: each submodule and the public names it gives this package
+_HOMES = {
+    "stagegraph": ("Arc", "StageGraph", "StageOption", "build_stage_graph", "stage_options"),
+    "dp": ("shortest_path", "prefix_suffix"),
+    "caps": ("capped_shortest_path", "lagrangian_fixing", "CappedPath", "Fixing"),
+    "milp": ("build_milp", "solution_arcs"),
+    "cpsat": ("build_cpsat", "CpsatModel"),
+    "warmstart": ("WarmStart", "dp_warm_start"),
+    "certificate": ("GraphSolve", "Exploration"),
+    "drivers": ("solve_dp", "solve_highs", "solve_cpsat"),
+    "rounds": ("RoundSettings", "explore"),
+    "diagnosis": ("explain_infeasible",),
+    "pareto": ("ParetoFront", "ParetoPoint", "lower_bound_set"),
+    "minmax": ("MinMaxResult", "minmax_search"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+__all__ = list(_HOME_OF)
+
+
+def __getattr__(name: str):
+    """A public name, imported from its submodule on first use and kept (PEP 562)."""
+    if name not in _HOME_OF:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOME_OF[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -126,7 +126,7 @@ def test_lexicographic_step_by_label_search_equals_brute_force(case, within):
     """The lexicographic step (minimise the other objective with ``within`` at most its optimum,
     or a looser cap) is answered by the label search over the graph of the plans within that
     cap, and equals brute force."""
-    from formulations.pareto import lexicographic_solve
+    from milp_planner.pareto import lexicographic_solve
 
     base = CASES[case]()
     other = OTHER[within]

@@ -106,7 +106,7 @@ def test_the_bed_catches_a_wrong_certificate(monkeypatch):
 
 def test_the_bed_catches_a_missing_front_point(monkeypatch):
     """A front that skips a non-dominated point and still says certified is a finding."""
-    import formulations.pareto as pareto
+    import milp_planner.pareto as pareto
 
     case = next(c for c in (bed.make_case(s) for s in range(40)) if len(c.front(["latency", "energy"])) >= 3)
     monkeypatch.setattr(pareto, "next_cap", lambda objective, value: value * 0.5)  # steps far too large

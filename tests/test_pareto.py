@@ -1,4 +1,4 @@
-"""Pareto fronts (formulations.pareto, `milp-planner pareto`) against brute-force fronts on tiny instances."""
+"""Pareto fronts (milp_planner.pareto, `milp-planner pareto`) against brute-force fronts on tiny instances."""
 
 import json
 import math
@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 from test_exact import CASES
 
-from formulations.pareto import capped_instance, hypervolume, next_cap, pareto_front
+from formulations.pareto import capped_instance, hypervolume, next_cap
+from milp_planner.pareto import pareto_front
 from milp_planner.planners import get_planner
 from milp_planner.cli import main
 from milp_planner.cost.evaluator import evaluate, evaluate_stages

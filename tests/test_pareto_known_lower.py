@@ -1,5 +1,5 @@
 """An ε-step's rounds start at the bound a step under looser caps proved
-(``formulations.pareto._Run.known_lower`` and the exact planners' ``known_lower`` option):
+(``milp_planner.pareto._Run.known_lower`` and the exact planners' ``known_lower`` option):
 which steps count (a wrong choice is what could break a front: the test lists them), the fronts
 still equal brute force, the bound is used, and each step's bound is below the brute-force
 optimum under its caps. (A step that finishes finds its optimum whatever bound it starts from:
@@ -11,8 +11,9 @@ import math
 import pytest
 from test_pareto import CASES, all_metrics, brute_front, check_points, same_vectors
 
-import formulations.pareto as pareto
-from formulations.pareto import BoundStep, _Run, pareto_front
+import milp_planner.pareto as pareto
+from formulations.pareto import BoundStep
+from milp_planner.pareto import _Run, pareto_front
 
 
 def _run_with(steps):

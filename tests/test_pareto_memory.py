@@ -11,10 +11,11 @@ from test_pareto import CASES, all_metrics, below_bound_set, brute_front, check_
 from formulations import relaxation
 from formulations.budget import rss_bytes
 from formulations.budget import release_memory
-from formulations.pareto import capped_instance, pareto_front
+from formulations.pareto import capped_instance
 from formulations.relaxation import layout_bounds, overflow_cap, part_need
 from milp_planner.cli import main
 from milp_planner.errors import PlannerError
+from milp_planner.pareto import pareto_front
 from milp_planner.planners import get_planner
 from milp_planner.planners.base import PlanResult
 
@@ -93,7 +94,7 @@ def test_planner_options_are_checked_and_keep_the_lexicographic_graph():
     front = pareto_front(inst, ["energy", "memory"], planner_options={"memory_budget": "8GB", "max_arcs": 100000})
     assert front.certified
     same_vectors(front.vectors(), brute_front("fc", ["energy", "memory"]))
-    from formulations.pareto import _lex_options
+    from milp_planner.pareto import _lex_options
 
     assert _lex_options("milp", {"memory_budget": "8GB"}) == {"max_arcs": 3_000_000, "budget": 8 * 10**9}
     assert _lex_options("cpsat", {"memory_budget": "8GB"}) == {}

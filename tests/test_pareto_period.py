@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from test_pareto import CASES, all_metrics, brute_front, check_points, same_vectors
 
-from formulations.pareto import pareto_front
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.errors import PlannerError
 from milp_planner.instance import load_instance
+from milp_planner.pareto import pareto_front
 from milp_planner.planners import get_planner
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,10 +25,11 @@ def _reference(text: str) -> list[float]:
 
 
 def cmd_pareto(args) -> int:
-    from formulations.pareto import check_objectives, pareto_front
+    from formulations.pareto import check_objectives
     from milp_planner.instance import load_instance
     from milp_planner.instance.reader import resolve_instance_path
     from milp_planner.io import OutputDir, dumps_json
+    from milp_planner.pareto import pareto_front
     from milp_planner.planners import get_planner, planner_class
     from milp_planner.report.pareto import render_front, write_front
 

@@ -2,7 +2,7 @@
 
 For each requested instance and objective set (``--pareto [INSTANCE=]OBJ,OBJ[,OBJ]``):
 
-- the ε-constraint front of ``formulations.pareto`` (``milp``) within the section's time limit;
+- the ε-constraint front of ``milp_planner.pareto`` (``milp``) within the section's time limit;
 - the ``autodice`` planner's (NSGA-II) Pareto set, every plan re-scored by the evaluator on the
   same objectives (feasible plans only), reduced to its non-dominated vectors;
 - one reference point for all the hypervolumes: the nadir of the union of the two sets x 1.1;
@@ -126,7 +126,8 @@ def compare(instance, objectives, time_limit: float | None = None, *, nsga_time_
             planner: str = "milp", seed: int = 0) -> ParetoComparison:
     """The front (``planner``, ``time_limit`` for the whole front) and NSGA-II's set
     (``nsga_time_limit``, default the same) on one reference point (module doc)."""
-    from formulations.pareto import hypervolume, pareto_front
+    from formulations.pareto import hypervolume
+    from milp_planner.pareto import pareto_front
 
     objs = list(objectives)
     front = pareto_front(instance, objs, planner=planner, time_limit=time_limit)
