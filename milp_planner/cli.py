@@ -16,7 +16,7 @@ import sys
 import warnings
 
 from milp_planner import __version__
-from milp_planner.cli_args import Parser, SEED, THREADS, TIME_LIMIT, input_shape_map, integer, named_shape
+from milp_planner.cli_args import Parser, SEED, THREADS, TIME_LIMIT, input_shapes, integer, named_shape
 from milp_planner.errors import PlannerError
 
 
@@ -71,10 +71,7 @@ def _load_instance(args):
 
 def _input_shapes(args):
     """``--input-shape`` (repeated: once per input) as the importer's mapping, or None."""
-    try:
-        return input_shape_map(getattr(args, "input_shape", None))
-    except argparse.ArgumentTypeError as e:
-        raise PlannerError(str(e)) from None
+    return input_shapes(getattr(args, "input_shape", None))
 
 
 def cmd_evaluate(args) -> int:

@@ -71,6 +71,16 @@ def input_shape_map(values) -> dict | None:
     return out
 
 
+def input_shapes(values) -> dict | None:
+    """``input_shape_map`` for a command's code: a bad value is a ``PlannerError`` line."""
+    from milp_planner.errors import PlannerError
+
+    try:
+        return input_shape_map(values)
+    except argparse.ArgumentTypeError as e:
+        raise PlannerError(str(e)) from None
+
+
 def shape(text: str) -> tuple[int, ...]:
     """An input shape like ``1,3,224,224`` (or ``1x3x224x224``)."""
     try:

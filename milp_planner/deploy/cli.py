@@ -33,14 +33,9 @@ def cmd_deploy(args) -> int:
 
 
 def cmd_run(args) -> int:
-    import argparse
+    from milp_planner.cli_args import input_shapes
 
-    from milp_planner.cli_args import input_shape_map
-
-    try:
-        shapes = input_shape_map(args.input_shape)
-    except argparse.ArgumentTypeError as e:
-        raise PlannerError(str(e)) from None
+    shapes = input_shapes(args.input_shape)
     if args.trace:  # before any work
         from milp_planner.io import check_output_path
 

@@ -161,7 +161,6 @@ class HostProfile:
                 f"{self.isolated_total_s * 1e3:.3f} ms as the sum of the layers run alone."
             )
         if self.staged_total_s is not None:
-            n = len(self.layers)
             assumptions += (
                 f" Per stage (stage_overhead_s, {self.stage_cost_s * 1e6:.1f} us): the model deployed with every "
                 f"layer its own stage and run by the deployment's rank program took "

@@ -43,22 +43,22 @@ def carry_ranges(ranges: list[tuple[int, int]], old: int, new: int) -> list[tupl
     return out
 
 
-def _same_graph(old, new, shape_text: str) -> None:
+def _same_graph(old, new, label: str) -> None:
     if len(old.layers) != len(new.layers):
-        raise PlannerError(f"run --input-shape {shape_text}: the model imports into {len(new.layers)} layers at "
+        raise PlannerError(f"run --input-shape {label}: the model imports into {len(new.layers)} layers at "
                            f"this shape, not the {len(old.layers)} it was deployed with; deploy it anew")
     for a, b in zip(old.layers, new.layers):
         if a.op != b.op or a.name != b.name:
-            raise PlannerError(f"run --input-shape {shape_text}: layer {a.id} is {b.name} ({b.op}) at this shape, "
+            raise PlannerError(f"run --input-shape {label}: layer {a.id} is {b.name} ({b.op}) at this shape, "
                                f"not {a.name} ({a.op}); deploy it anew")
         if a.channels != b.channels and len(a.shape) == len(b.shape) == 4:
-            raise PlannerError(f"run --input-shape {shape_text}: layer {a.name} has {b.channels} channels at this "
+            raise PlannerError(f"run --input-shape {label}: layer {a.name} has {b.channels} channels at this "
                                f"shape, not {a.channels}; deploy it anew")
 
 
-def carry_plan(plan: Plan, old_graph, new_graph, instance_name: str, shape_text: str) -> Plan:
+def carry_plan(plan: Plan, old_graph, new_graph, instance_name: str, label: str) -> Plan:
     """``plan`` (over ``old_graph``) carried to ``new_graph`` (the same layers at another shape)."""
-    _same_graph(old_graph, new_graph, shape_text)
+    _same_graph(old_graph, new_graph, label)
     stages = []
     for k, s in enumerate(plan.stages):
         if s.axis != "rows":
@@ -67,7 +67,7 @@ def carry_plan(plan: Plan, old_graph, new_graph, instance_name: str, shape_text:
         old, new = old_graph.layers[s.last].rows, new_graph.layers[s.last].rows
         ranges = carry_ranges([p.range for p in s.parts], old, new)
         if ranges is None:
-            raise PlannerError(f"run --input-shape {shape_text}: stage {k} splits {old} rows over {len(s.parts)} "
+            raise PlannerError(f"run --input-shape {label}: stage {k} splits {old} rows over {len(s.parts)} "
                                f"devices; at this shape layer {new_graph.layers[s.last].name} has {new} row(s), "
                                f"too few for every part: deploy a plan for this shape")
         stages.append(Stage(s.first, s.last, s.axis, tuple(Part(p.device, r) for p, r in zip(s.parts, ranges))))
