@@ -50,9 +50,13 @@ LAUNCHES = 3
 def machine() -> dict:
     from milp_planner.deploy.profile import host_description
 
+    import subprocess
+
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=RESULTS.parent.parent,
+                          capture_output=True, text=True, check=False).stdout.strip()
     return {"host": host_description(), "nproc": os.cpu_count(), "python": platform.python_version(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": head or "unknown",
             "loadavg_before": [round(x, 2) for x in load]}
 
 
@@ -432,7 +436,8 @@ def render(out: dict) -> str:
     lines = [
         "# Fidelity: predicted against measured latency",
         "",
-        f"Recorded on {m['date']} with `benchmarks/bench_fidelity.py` on {m['host']}; load average "
+        f"Recorded on {m['date']} with `benchmarks/bench_fidelity.py` at commit {m.get('commit', 'unknown')} "
+        f"on {m['host']}; load average "
         f"{m['loadavg_before'][0]:.2f} before, {m.get('loadavg_after', ['?'])[0]} after"
         + (": other work shared the 2 cores throughout." if _loaded(m) else
            " (the benchmark's own processes): nothing else ran."),
