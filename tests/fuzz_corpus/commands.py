@@ -348,6 +348,15 @@ def _run_json(res) -> str | None:
     return None if out.get("measured_latency_s") is not None else "no measured latency"
 
 
+def _run_checked(res) -> str | None:
+    """A run's JSON whose outputs match the unsplit model (``--check``)."""
+    why = _run_json(res)
+    if why:
+        return why
+    err = json.loads(res.stdout).get("max_abs_err")
+    return None if err is not None and err <= 1e-4 else f"max abs error {err}"
+
+
 def _solve_time_within(limit: float) -> Callable:
     def check(res) -> str | None:
         try:
@@ -526,6 +535,20 @@ add(
     Case("run_folder_devnull", ["run", "/dev/null"], outputs=[], limit=15),
     Case("run_memory_budget_tiny", RUN + ["--memory-budget", "1MB"], files={"dep": deployment()}, outputs=[],
          limit=15),
+    # ---- run --input-shape: the plan deployed again at another shape, in a temporary folder
+    Case("run_shape_ok", RUN + ["--input-shape", "1,3,16,16", "--instance", "{dir}/i.yaml", "--json", "--check"],
+         "ok", {"dep": deployment(), "i.yaml": instance()}, check=_run_checked, outputs=[], limit=90),
+    Case("run_shape_smallest", RUN + ["--input-shape", "1,3,4,4", "--instance", "{dir}/i.yaml", "--json", "--check"],
+         "ok", {"dep": deployment(), "i.yaml": instance()}, check=_run_checked, outputs=[], limit=90,
+         note="the zoo's smallest input: layer 0's 32 rows split 16/16 become 2/2"),
+    Case("run_shape_huge", RUN + ["--input-shape", "1,3,1048576,1048576", "--instance", "{dir}/i.yaml"],
+         files={"dep": deployment(), "i.yaml": instance()}, outputs=[], limit=30),
+    Case("run_shape_other_instance", RUN + ["--input-shape", "1,3,16,16", "--instance", "{dir}/i.yaml"],
+         files={"dep": deployment(), "i.yaml": instance(dev1="other")}, outputs=[], limit=30),
+    Case("run_shape_instance_fifo", RUN + ["--input-shape", "1,3,16,16", "--instance", "{dir}/i.yaml"],
+         files={"dep": deployment(), "i.yaml": _fifo}, outputs=[], limit=15),
+    Case("run_shape_without_instance", RUN + ["--input-shape", "1,3,16,16"], files={"dep": deployment()},
+         outputs=[], limit=15),
     # ---- run --input
     Case("run_input_ok", RUN + ["--input", "{dir}/x.npy", "--json"], "ok",
          {"dep": deployment(), "x.npy": _npy(lambda: __import__("numpy").ones((1, 3, 32, 32), "float32"))},
