@@ -31,7 +31,7 @@ class SpaceTooLarge(PlannerError):
     """The plan space (its stage options or its stage graph) exceeds a stated limit."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StageOption:
     """One stage: layers first..last, an axis, part ranges and the device of each part."""
 

@@ -121,6 +121,14 @@ class StageTable:
     free: bool = False  # too many layouts to price: every row read free (coarse relaxation)
     dead: bool = False  # no layout fits the memory caps (``drop_overflow``): infinite floors
     _flat: tuple | None = None
+    _widths: np.ndarray | None = None
+
+    @property
+    def widths(self) -> np.ndarray:
+        """Per group: its number of parts."""
+        if self._widths is None:
+            self._widths = np.array([len(grp.geos) for grp in self.groups], dtype=np.int64)
+        return self._widths
 
     def flat(self):
         """(devices, comp, mask, needs) of every option, parts padded to the widest group:

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from formulations.flow_togo import FlowToGo
 
 
-@dataclass
+@dataclass(slots=True)
 class Arc:
     tail: int  # node id
     head: int  # node id
@@ -279,18 +279,26 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
         exact.loads = True
     sums: list = []  # per node: labels of its prefixes' floor and capped sums (``_CapFloors``)
 
-    def node(b, state, used):
-        key = (b, state, used)
+    memo = {} if memo is None else memo
+    # states are interned (``_Interned``: one id per distinct state, kept with the memo across
+    # rounds), so that a node is found by ints, not by hashing a nested tuple per option
+    interned = memo.setdefault(_INTERNED, _Interned())
+
+    node_sid: list[int] = []  # per node: its state's id
+
+    def node(b, sid, used):
+        key = (b, sid, used)
         i = node_id.get(key)
         if i is None:
             i = node_id[key] = len(nodes)
-            nodes.append((b, state))
+            nodes.append((b, interned.states[sid]))
+            node_sid.append(sid)
             node_used.append(used)
             prefix.append(math.inf)
             sums.append(None)
         return i
 
-    source = node(0, init, expander.start())
+    source = node(0, interned.id(init), expander.start())
     prefix[source] = 0.0
     if capf is not None:
         sums[source] = [np.zeros((1, 1 + capf.width))]
@@ -299,7 +307,6 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
     arcs: list[Arc] = []
     floors: list[float] = []
 
-    memo = {} if memo is None else memo
     seen = 0  # options looked at: the deadline is checked every CHECK_EVERY of them
 
     def check():
@@ -318,14 +325,21 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
             _, state = nodes[nid]
             used = node_used[nid]
             owners = dict(state)
-            # per end layer; per (end, option, devices): (head state, relabel, priced arc or None)
-            nears, known = memo.setdefault((b, state, used), ({}, {}))
+            # per end layer: the options near enough (they depend on the units used so far);
+            # per (end, option, devices): [head state, relabel, priced arc or None], shared by
+            # the nodes of one state (the units used change which options a node may take,
+            # not where an option leads nor what it costs)
+            nears = memo.setdefault((b, state, used), {})
+            known = memo.setdefault((_PRICED, b, node_sid[nid]), {})
             ctx = None
             gs = prefix[nid]
             ci = -1  # the node's class in the relaxation (None: not reached by it)
             for e in range(b, min(n, b + fl)):
                 check()  # one node's stages can hold many thousand options on wide DAGs
                 tab = bounds.tables[(b, e)]
+                # the head of an option depends on the tail only through what outlives the
+                # stage (``next_owners``): on a chain nothing, so heads are shared by every tail
+                surv = interned.id(tuple(item for item in state if last_read.get(item[0], -1) > e))
                 need = slack - gs  # the options whose floor with what is left fits
                 near = nears.get(e)
                 if near is None or need > near.thr:
@@ -371,22 +385,27 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                     capf.pruned += k - len(sel)
                     step = np.column_stack([near.floor[sel], adds[sel]])
                     rows = [here[fits[i]] + step[j] for j, i in enumerate(sel.tolist())]
-                for j, (oi, devs, f) in enumerate(zip(near.src[sel].tolist(), near.devices[sel].tolist(),
-                                                      near.floor[sel].tolist())):
+                src_sel = near.src[sel]
+                widths = tab.widths[tab.group[src_sel]].tolist()  # parts of each option
+                frontier_next = frontier.setdefault(e + 1, set())
+                for j, (oi, devs, f, k_) in enumerate(zip(src_sel.tolist(), near.devices[sel].tolist(),
+                                                          near.floor[sel].tolist(), widths)):
                     seen += 1
                     if seen % CHECK_EVERY == 0:
                         check()
-                    grp = tab.groups[tab.group[oi]]
-                    devs = tuple(devs[:len(grp.geos)])
+                    devs = tuple(devs[:k_])
                     hit = known.get((e, oi, devs))
                     if hit is None:
-                        new_state = _state_key(next_owners(pr, owners, grp.last, devs, grp.geos))
-                        relabel = None
-                        if canonical:
-                            new_state, relabel = expander.canonical(new_state)
-                        hit = known[(e, oi, devs)] = [new_state, relabel, None]
-                    new_state, relabel, _ = hit
-                    head = node(e + 1, new_state, expander.advance(used, devs))
+                        to = interned.heads.get((surv, e, oi, devs))
+                        if to is None:
+                            grp = tab.groups[tab.group[oi]]
+                            new_state = _state_key(next_owners(pr, owners, grp.last, devs, grp.geos))
+                            relabel = None
+                            if canonical:
+                                new_state, relabel = expander.canonical(new_state)
+                            to = interned.heads[(surv, e, oi, devs)] = (interned.id(new_state), relabel)
+                        hit = known[(e, oi, devs)] = [to[0], to[1], None]
+                    head = node(e + 1, hit[0], expander.advance(used, devs))
                     if gs + f < prefix[head]:
                         prefix[head] = gs + f
                     if rows is not None:
@@ -397,7 +416,7 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                             got.append(rows[j])
                             if len(got) >= 4 * LABELS:
                                 sums[head] = [capf.labels(got, slack)]
-                    frontier.setdefault(e + 1, set()).add(head)
+                    frontier_next.add(head)
                     pending.append(_Pending(nid, head, tab, oi, devs, owners, hit))
                     floors.append(f)
                     if len(pending) > max_arcs:
@@ -423,7 +442,8 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
         arc = _priced(pr, p.tab, p.oi, p.devs, p.owners, p.hit)
         if check_caps and any(c is not None and arc.weights[d] + arc.working[d] > c for d, c in enumerate(caps)):
             continue
-        arcs.append(replace(arc, tail=p.tail, head=p.head, relabel=p.hit[1]))
+        arcs.append(Arc(p.tail, p.head, arc.option, arc.tau, arc.energy, arc.load, arc.transfer_s, arc.weights,
+                        arc.working, p.hit[1]))
     floors = [arc_floor(a, objective, n_dev) for a in arcs]
     overflowed = len(arcs) < len(kept)
     del pending
@@ -447,6 +467,27 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
         sg.in_arcs[a.head].append(i)
     sg.build_time_s = time.perf_counter() - t0
     return sg
+
+
+_INTERNED = "interned states"  # the memo's entry holding the ``_Interned`` table
+_PRICED = "priced"  # the memo's entries (_PRICED, boundary, state id): the arcs from that state
+
+
+class _Interned:
+    """Ownership states (``_state_key`` tuples) numbered once each, and the heads of options:
+    (surviving part's id, end layer, option, devices) -> (head state's id, relabelling)."""
+
+    def __init__(self):
+        self.ids: dict[tuple, int] = {}
+        self.states: list[tuple] = []
+        self.heads: dict[tuple, tuple[int, tuple | None]] = {}
+
+    def id(self, state: tuple) -> int:
+        i = self.ids.get(state)
+        if i is None:
+            i = self.ids[state] = len(self.states)
+            self.states.append(state)
+        return i
 
 
 class _Pending(NamedTuple):
@@ -860,7 +901,7 @@ class _CapFloors:
 def _arc(pr: Pricer, opt: StageOption, geos, comp, weights, computed, owners) -> Arc:
     """Price one option from one state (``price_stage``, with the group's precomputed compute
     seconds, weight and computed bytes per part); the arc's tail and head are unset."""
-    sp = price_stage(pr, owners, opt.last, opt.devices, geos, comp, weights, computed)
+    sp = price_stage(pr, owners, opt.last, opt.devices, geos, comp, weights, computed, successor=False)
     return Arc(-1, -1, opt, sp.tau, sp.energy, tuple(sp.load), sp.transfer_s, tuple(sp.weights),
                tuple(sp.working))
 

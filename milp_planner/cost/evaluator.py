@@ -277,7 +277,7 @@ class StagePrice:
     transfer_s: float  # the sum of every message's seconds (what a shared medium carries)
     weights: list[int] | None  # weight bytes of the layers each device computes here (None: not asked)
     working: list[int] | None  # working set of each device during the stage (None: not asked)
-    owners: dict[str, tuple[tuple[int, Region], ...]]  # the next state: tensors live after the stage
+    owners: dict[str, tuple[tuple[int, Region], ...]] | None  # the next state (None: not asked)
     transfers: list[Transfer] | None  # every message in the evaluator's order (None: not asked)
 
     @property
@@ -306,7 +306,7 @@ def initial_owners(pr: Pricer) -> dict[str, tuple[tuple[int, Region], ...]]:
 def price_stage(pr: Pricer, owners: Owners, last: int, devices: Sequence[int], geos: Sequence[PartGeometry],
                 comp: Sequence[float] | None = None, weights: Sequence[int] | None = None,
                 computed: Sequence[int] | None = None, *, memory: bool = True,
-                detail: bool = False) -> StagePrice:
+                detail: bool = False, successor: bool = True) -> StagePrice:
     """Price one stage ending at layer ``last`` from the ownership state ``owners``.
 
     This is the one place a stage's cost is assembled: the evaluator, the exact engine's arcs,
@@ -319,7 +319,7 @@ def price_stage(pr: Pricer, owners: Owners, last: int, devices: Sequence[int], g
     only adds cost). ``owners`` must hold only tensors live at the stage (a
     previous ``StagePrice.owners`` or ``initial_owners``). ``memory=False`` skips the weights
     and working sets (latency, energy and period do not need them); ``detail=True`` lists every
-    message.
+    message; ``successor=False`` leaves the next state out (``owners`` None: a caller that has it).
     """
     n_dev = pr.n_dev
     power = pr.power
@@ -390,7 +390,7 @@ def price_stage(pr: Pricer, owners: Owners, last: int, devices: Sequence[int], g
         tau = max(recv[d] + compute[d] for d in devices)
 
     return StagePrice(tau, sum(energy_dev), energy_dev, compute, recv, bytes_in, transfer_s, wts, ws,
-                      next_owners(pr, owners, last, devices, geos), transfers)
+                      next_owners(pr, owners, last, devices, geos) if successor else None, transfers)
 
 
 def next_owners(pr: Pricer, owners: Owners, last: int, devices: Sequence[int],
