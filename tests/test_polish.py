@@ -166,6 +166,12 @@ def test_the_exact_planners_record_polish_and_keep_its_plan_aside_on_small_space
     assert "polish" not in off.info["anytime"]
     assert on.status == off.status == "optimal"
     assert on.value == pytest.approx(off.value, rel=1e-9)
+    # option polish_aside=false: the polished plan, when better, is the rounds' incumbent
+    inc = get_planner("dp", polish_aside=False).solve(inst, objective="period", time_limit=30)
+    assert inc.info["anytime"]["polish"]["aside"] is False
+    polished = inc.info["anytime"]["polish"]["best"]
+    assert inc.info["anytime"]["start"].startswith("polish") == (polished is not None)
+    assert inc.status == "optimal" and inc.value == pytest.approx(on.value, rel=1e-9)
 
 
 def test_a_plan_kept_aside_replaces_a_worse_returned_plan_only():

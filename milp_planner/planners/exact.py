@@ -144,6 +144,8 @@ ANYTIME_OPTIONS = (
            "improve the anytime start (formulations.memory_search; with anytime)"),
     Option("polish", bool, True, "the best plan built from the stage layouts of the anytime start's plans "
            "becomes the incumbent (formulations.polish; with anytime)"),
+    Option("polish_aside", bool, True, "period and memory over small spaces: the polished plan is kept aside, "
+           "not the rounds' incumbent (false: the rounds jump to it; docs/exact.md)"),
 )
 FIX_ARCS = Option("fix_arcs", bool, True, "remove arcs that cannot beat the warm start (reduced-cost fixing)")
 LOG = Option("log", bool, False, "print the solver log")
@@ -345,12 +347,13 @@ class ExactPlanner(Planner):
         exact = not (small and small_space(instance, max_options, symmetry, at_most=POLISH_EXACT_OPTIONS))
         found = polish(instance, ctx.objective, start.ranked_plans(), upper=start.start.value,
                        deadline=time.perf_counter() + budget, exact=exact)
+        aside = small and bool(self.options.get("polish_aside", True))
         start.polish = {"tried": found.tried, "seconds": round(found.seconds, 3),
-                        "best": found.value if found.plan is not None else None, "aside": small}
+                        "best": found.value if found.plan is not None else None, "aside": aside}
         if found.plan is None:
             return
         polished = Start(found.plan, found.value, f"polish ({found.source})", False)
-        if small:
+        if aside:
             start.aside = polished
             return
         start.start = polished
