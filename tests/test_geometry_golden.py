@@ -248,3 +248,20 @@ def test_input_rows_of_each_row_dependency():
     assert input_rows(transpose, (0, 1), 10) == (0, 2)  # i = 0 and 1 write row 0
     assert input_rows(RowDep("identity"), (3, 9), 6) == (3, 6)
     assert input_rows(RowDep("none"), (3, 4), 6) == (0, 6)
+
+
+@pytest.mark.parametrize("a, b, cells", [
+    (((0, 4), (0, 8)), ((2, 6), (4, 12)), 2 * 4),  # overlap in both
+    (((0, 4), (0, 8)), ((4, 6), (0, 8)), 0),  # rows touch, no overlap
+    (((0, 4), (0, 8)), ((1, 3), (8, 16)), 0),  # rows overlap, channels touch
+    (((0, 4), (0, 8)), ((1, 3), (10, 16)), 0),  # rows overlap, channels apart
+    (((0, 4), (0, 8)), ((6, 9), (10, 16)), 0),  # disjoint in both (two negative lengths)
+    (((2, 3), (5, 6)), ((0, 10), (0, 10)), 1),  # one cell inside
+    (((0, 0), (0, 8)), ((0, 4), (0, 8)), 0),  # an empty region
+])
+def test_intersect_cells_hand_computed(a, b, cells):
+    """``intersect_cells`` (written out for speed) against hand-counted cells, both orders."""
+    from milp_planner.space.geometry import Region, intersect_cells
+
+    ra, rb = Region(*a), Region(*b)
+    assert intersect_cells(ra, rb) == intersect_cells(rb, ra) == cells
