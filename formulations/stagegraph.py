@@ -337,8 +337,9 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
             for e in range(b, min(n, b + fl)):
                 check()  # one node's stages can hold many thousand options on wide DAGs
                 tab = bounds.tables[(b, e)]
-                # the head of an option depends on the tail only through what outlives the
-                # stage (``next_owners``): on a chain nothing, so heads are shared by every tail
+                # the head of an option (an index into this (b, e) table) depends on the tail only
+                # through what outlives the stage (``next_owners``): on a chain nothing, so heads
+                # are shared by every tail at boundary b
                 surv = interned.id(tuple(item for item in state if last_read.get(item[0], -1) > e))
                 need = slack - gs  # the options whose floor with what is left fits
                 near = nears.get(e)
@@ -396,14 +397,14 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                     devs = tuple(devs[:k_])
                     hit = known.get((e, oi, devs))
                     if hit is None:
-                        to = interned.heads.get((surv, e, oi, devs))
+                        to = interned.heads.get((surv, b, e, oi, devs))
                         if to is None:
                             grp = tab.groups[tab.group[oi]]
                             new_state = _state_key(next_owners(pr, owners, grp.last, devs, grp.geos))
                             relabel = None
                             if canonical:
                                 new_state, relabel = expander.canonical(new_state)
-                            to = interned.heads[(surv, e, oi, devs)] = (interned.id(new_state), relabel)
+                            to = interned.heads[(surv, b, e, oi, devs)] = (interned.id(new_state), relabel)
                         hit = known[(e, oi, devs)] = [to[0], to[1], None]
                     head = node(e + 1, hit[0], expander.advance(used, devs))
                     if gs + f < prefix[head]:
@@ -475,7 +476,8 @@ _PRICED = "priced"  # the memo's entries (_PRICED, boundary, state id): the arcs
 
 class _Interned:
     """Ownership states (``_state_key`` tuples) numbered once each, and the heads of options:
-    (surviving part's id, end layer, option, devices) -> (head state's id, relabelling)."""
+    (surviving part's id, first layer, end layer, option, devices) -> (head state's id,
+    relabelling); an option is an index into the table of its (first, end) stage."""
 
     def __init__(self):
         self.ids: dict[tuple, int] = {}
