@@ -64,7 +64,9 @@ READING = """
 - **What changed at 3af283f.** (1) Ownership states are interned (an id per distinct state), so a node
   is found by ints instead of hashing a nested tuple per option. (2) An option's head state depends on
   its tail only through the tensors that outlive the stage (on a chain: none), so heads are remembered
-  per (surviving part, end layer, option, devices) and shared by every tail; `next_owners` ran once per
+  per (surviving part, first and end layer, option, devices) and shared by every tail at that boundary
+  (the first layer was missing from the key at 3af283f, where these rows were measured: a bug fixed in
+  4af887f, see differential.md; the fix only narrows the sharing to where it applies); `next_owners` ran once per
   forward arc before (911,862 calls on `coopai/vgg16-rpi4-5.yaml` period in 60 s), now once per distinct
   head. (3) An arc is priced once per tail *state*, not per state and units used (the first-use
   reduction's nodes differ by the units used; on the period case 2,466 nodes held 1,616 states, so
