@@ -66,7 +66,7 @@ READING = """
   its tail only through the tensors that outlive the stage (on a chain: none), so heads are remembered
   per (surviving part, first and end layer, option, devices) and shared by every tail at that boundary
   (the first layer was missing from the key at 3af283f, where these rows were measured: a bug fixed in
-  4af887f, see differential.md; the fix only narrows the sharing to where it applies); `next_owners` ran once per
+  4af887f, see differential.md; the rows `after fix`, at c7d0ad8, are the same graphs at the same cost); `next_owners` ran once per
   forward arc before (911,862 calls on `coopai/vgg16-rpi4-5.yaml` period in 60 s), now once per distinct
   head. (3) An arc is priced once per tail *state*, not per state and units used (the first-use
   reduction's nodes differ by the units used; on the period case 2,466 nodes held 1,616 states, so
