@@ -150,28 +150,28 @@ def test_beam_search_is_exact_with_room_and_width_one_for_additive_objectives(ca
             assert fits(got[0]) and got[1] >= exact * (1 - 1e-12)
 
 
-def test_the_exact_planners_record_polish_and_keep_its_plan_aside_on_small_spaces(monkeypatch):
-    """On a small space (period) polish runs the beam only and keeps its plan aside: the rounds
-    start from the baselines' best; ``info["anytime"]["polish"]`` says so; with option polish
-    off it is absent; the certificate is the same either way. (Tiny spaces skip polish: the
-    limit is lowered so that this one is not tiny.)"""
+def test_the_exact_planners_record_polish_and_start_from_its_plan_on_small_spaces(monkeypatch):
+    """On a small space (period) polish runs the beam only and its plan, when better, is the
+    rounds' incumbent; ``info["anytime"]["polish"]`` says so; with option polish off it is
+    absent; with option polish_aside it is kept aside (the rounds start from the baselines'
+    best); the certificate is the same every way. (Tiny spaces skip polish: the limit is lowered
+    so that this one is not tiny.)"""
     from milp_planner.planners import subfleet
 
     monkeypatch.setattr(subfleet, "TINY_SPACE_OPTIONS", 10)
     inst = CASES["tiny-residual-3dev"]()
     on = get_planner("dp").solve(inst, objective="period", time_limit=30)
     off = get_planner("dp", polish=False).solve(inst, objective="period", time_limit=30)
-    assert on.info["anytime"]["polish"]["aside"] is True
-    assert not on.info["anytime"]["start"].startswith("polish")
+    assert on.info["anytime"]["polish"]["aside"] is False
+    polished = on.info["anytime"]["polish"]["best"]
+    assert on.info["anytime"]["start"].startswith("polish") == (polished is not None)
     assert "polish" not in off.info["anytime"]
     assert on.status == off.status == "optimal"
     assert on.value == pytest.approx(off.value, rel=1e-9)
-    # option polish_aside=false: the polished plan, when better, is the rounds' incumbent
-    inc = get_planner("dp", polish_aside=False).solve(inst, objective="period", time_limit=30)
-    assert inc.info["anytime"]["polish"]["aside"] is False
-    polished = inc.info["anytime"]["polish"]["best"]
-    assert inc.info["anytime"]["start"].startswith("polish") == (polished is not None)
-    assert inc.status == "optimal" and inc.value == pytest.approx(on.value, rel=1e-9)
+    aside = get_planner("dp", polish_aside=True).solve(inst, objective="period", time_limit=30)
+    assert aside.info["anytime"]["polish"]["aside"] is True
+    assert not aside.info["anytime"]["start"].startswith("polish")
+    assert aside.status == "optimal" and aside.value == pytest.approx(on.value, rel=1e-9)
 
 
 def test_a_plan_kept_aside_replaces_a_worse_returned_plan_only():

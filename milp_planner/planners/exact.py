@@ -144,8 +144,8 @@ ANYTIME_OPTIONS = (
            "improve the anytime start (formulations.memory_search; with anytime)"),
     Option("polish", bool, True, "the best plan built from the stage layouts of the anytime start's plans "
            "becomes the incumbent (formulations.polish; with anytime)"),
-    Option("polish_aside", bool, True, "period and memory over small spaces: the polished plan is kept aside, "
-           "not the rounds' incumbent (false: the rounds jump to it; docs/exact.md)"),
+    Option("polish_aside", bool, False, "period and memory over small spaces: keep the polished plan aside, "
+           "not the rounds' incumbent (default false: the rounds start from it; docs/exact.md)"),
 )
 FIX_ARCS = Option("fix_arcs", bool, True, "remove arcs that cannot beat the warm start (reduced-cost fixing)")
 LOG = Option("log", bool, False, "print the solver log")
@@ -324,15 +324,14 @@ class ExactPlanner(Planner):
         """The best plan built from the stage layouts of the start's plans (``formulations.polish``)
         within ``POLISH_SHARE`` of the time left (at most ``POLISH_S``); a better plan becomes the
         incumbent (``info["anytime"]["polish"]`` records what was tried). Not over small spaces
-        for latency and energy (``ladder_pays``), where the full search is quicker. Over small
-        spaces for the period and memory its plan is kept aside (``StartReport.aside``):
-        returned if the rounds end with nothing better, but not their incumbent; and over the
-        smallest (at most ``POLISH_EXACT_OPTIONS``) the beam only, without the label search. On
-        ``examples/edge-3dev.yaml`` period (4,791 options) the label search took 3.3 of the 60 s
-        the rounds need to certify, and with the polished plan as their incumbent (93.27 ms
-        instead of pipeedge's 97.94 ms) the rounds' label search took another path and did not
-        certify within the minute; on ``fleet/vgg16-4dev-uncapped.yaml`` (104,008 options) the
-        label search finds 379.8 ms, the beam nothing better than 387.1 ms; option ``polish``."""
+        for latency and energy (``ladder_pays``), where the full search is quicker. Over the
+        smallest spaces (at most ``POLISH_EXACT_OPTIONS``) the beam only, without the label
+        search. Option ``polish_aside`` (period and memory over small spaces) keeps the polished
+        plan aside (``StartReport.aside``): returned if the rounds end with nothing better, but
+        not their incumbent. It was the default while the min-max label search's Lagrangian step
+        was short (docs/exact.md "polish"); on ``fleet/vgg16-4dev-uncapped.yaml`` (104,008
+        options) the label search finds 379.8 ms, the beam nothing better than 387.1 ms; option
+        ``polish``."""
         if start is None or start.start is None or not self.options.get("polish", True):
             return
         max_options, symmetry = int(self.options.get("max_options", 250_000)), bool(self.options.get("symmetry", True))
@@ -347,7 +346,7 @@ class ExactPlanner(Planner):
         exact = not (small and small_space(instance, max_options, symmetry, at_most=POLISH_EXACT_OPTIONS))
         found = polish(instance, ctx.objective, start.ranked_plans(), upper=start.start.value,
                        deadline=time.perf_counter() + budget, exact=exact)
-        aside = small and bool(self.options.get("polish_aside", True))
+        aside = small and bool(self.options.get("polish_aside", False))
         start.polish = {"tried": found.tried, "seconds": round(found.seconds, 3),
                         "best": found.value if found.plan is not None else None, "aside": aside}
         if found.plan is None:
