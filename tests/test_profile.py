@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -325,3 +326,29 @@ def test_both_clocks_time_a_run():
     for clock in ("cpu", "wall"):
         t, shape = time_model(model, ProfileSettings(repeats=3, warmup=1, clock=clock), np.random.default_rng(0))
         assert 0 < t < 1 and shape == (1, 8, 8, 8)
+
+
+def test_a_layer_slower_in_context_adds_its_excess_by_the_bytes_a_part_reads():
+    """Golden values, counted by hand: 300 weights, 50 input and 50 output elements (400 in
+    all); alone the whole layer takes 2 s, in context 4 s, so the excess is 2 s. Half the rows
+    read every weight and half the activations: 2 x (300 + 50) / 400 = 1.75 s more; half the
+    channels half the weights, the whole input and half the output: 2 x (150 + 50 + 25) / 400
+    = 1.125 s more. A layer faster in context is scaled."""
+    from milp_planner.deploy.profile import LayerProfile, Point, in_context
+    from milp_planner.model.graph import Layer, LayerGraph
+
+    layer = Layer(0, "conv", "Conv", ("x",), "y", (1, 2, 5, 5), params=300)
+    graph = LayerGraph("g", [layer], {"x": (1, 2, 5, 5)}, ["y"])
+
+    def profile():
+        return LayerProfile("conv", "Conv", rows=[Point(Fraction(1, 2), 1.0), Point(Fraction(1), 2.0)],
+                            channels=[Point(Fraction(1, 2), 1.2), Point(Fraction(1), 2.0)])
+
+    slower = profile()
+    in_context(slower, layer, graph, 4.0)
+    assert [p.seconds for p in slower.rows] == pytest.approx([2.75, 4.0])
+    assert [p.seconds for p in slower.channels] == pytest.approx([2.325, 4.0])
+    faster = profile()
+    in_context(faster, layer, graph, 1.0)
+    assert [p.seconds for p in faster.rows] == pytest.approx([0.5, 1.0])
+    assert [p.seconds for p in faster.channels] == pytest.approx([0.6, 1.0])

@@ -30,10 +30,12 @@ Method (docs/profiles.md, "Profiling this host"):
   cache; inside the whole model they were evicted by the other layers since, and
   onnxruntime fuses some layers (a residual Add into the convolution before it). So the
   whole model is also run once per repeat under onnxruntime's profiler, each kernel is
-  assigned to the layer of its node, and each layer's points are scaled so that its
-  whole-layer time is its share of the kernel time in context times one run of the whole
-  model on the profile's clock (the fractions keep the shape measured alone). A layer with
-  no kernel of its own there keeps its time alone.
+  assigned to the layer of its node, and each layer's whole-layer time becomes its share of
+  the kernel time in context times one run of the whole model on the profile's clock. A
+  layer slower in context (cold weights) adds the excess to every point in proportion to the
+  bytes that part reads (``in_context``: every weight along rows, every input along
+  channels); a faster one (a fused neighbour) is scaled, keeping the shape measured alone. A
+  layer with no kernel of its own there keeps its time alone.
 * Per stage (with context): the model is deployed with every layer its own stage on one
   device and run by the deployment's rank program (``deployed_stage_cost``); the excess of
   that run over one run of the whole model, per stage, at least one run call, is the
@@ -155,9 +157,11 @@ class HostProfile:
         )
         if self.context_total_s is not None:
             assumptions += (
-                f" Context: each layer's points are scaled so that its whole-layer time is its share of the "
-                f"kernel time inside a run of the whole model (onnxruntime profiling, median of {s.repeats} "
-                f"runs; cold weights, fused neighbours) times one run of the whole model: whole model {self.context_total_s * 1e3:.3f} ms in context, "
+                f" Context: each layer's whole-layer time is its share of the kernel time inside a run of the "
+                f"whole model (onnxruntime profiling, median of {s.repeats} runs; cold weights, fused "
+                f"neighbours) times one run of the whole model; a layer slower there adds the excess to its "
+                f"points in proportion to the bytes a part reads (all weights along rows, all inputs along "
+                f"channels), a faster one is scaled: whole model {self.context_total_s * 1e3:.3f} ms in context, "
                 f"{self.isolated_total_s * 1e3:.3f} ms as the sum of the layers run alone."
             )
         if self.staged_total_s is not None:
@@ -694,6 +698,42 @@ def _scaled(points: list[Point], factor: float) -> list[Point]:
     return [Point(p.fraction, max(p.seconds * factor, MIN_SECONDS)) for p in points]
 
 
+def layer_bytes(layer: Layer, graph: LayerGraph) -> tuple[int, int]:
+    """The elements a layer reads as weights and as activations (its inputs and its output)."""
+    acts = sum(int(np.prod(graph.shape(t), dtype=np.int64)) for t in dict.fromkeys(layer.inputs))
+    return int(layer.params), acts + int(np.prod(layer.shape, dtype=np.int64))
+
+
+def in_context(lp: LayerProfile, layer: Layer, graph: LayerGraph, t_ctx: float) -> None:
+    """Move ``lp``'s points to the layer's time in context ``t_ctx`` (its whole-layer point).
+
+    When the layer is slower in context, the excess is what its cold bytes cost, spread over
+    them: a part of fraction f pays for every weight and f of the activations along rows (each
+    row part reads the whole kernel), for f of the weights and of the output but all of the
+    input along channels. The half-rows parts of ResNet-18's last block, scaled as a whole
+    (``_scaled``), were predicted at 58 to 67 % of their time in a deployment: their weights
+    are as cold as the whole layer's. A layer faster in context (a neighbour fused
+    into its kernel, no copies) keeps the shape of its curve (``_scaled``)."""
+    whole = (lp.rows or lp.channels)[-1].seconds
+    excess = t_ctx - whole
+    if excess <= 0:
+        lp.rows, lp.channels = _scaled(lp.rows, t_ctx / whole), _scaled(lp.channels, t_ctx / whole)
+        return
+    weights, acts = layer_bytes(layer, graph)
+    total = max(weights + acts, 1)
+    inputs = acts - int(np.prod(layer.shape, dtype=np.int64))
+
+    def rows(f: float) -> float:
+        return (weights + f * acts) / total
+
+    def channels(f: float) -> float:
+        return (f * weights + inputs + f * (acts - inputs)) / total
+
+    lp.rows = [Point(p.fraction, max(p.seconds + excess * rows(float(p.fraction)), MIN_SECONDS)) for p in lp.rows]
+    lp.channels = [Point(p.fraction, max(p.seconds + excess * channels(float(p.fraction)), MIN_SECONDS))
+                   for p in lp.channels]
+
+
 def profile_model(ref: str, input_shape=None, settings: ProfileSettings | None = None,
                   progress=None) -> HostProfile:
     """Profile every layer of ``ref`` on this host (see the module docstring).
@@ -744,12 +784,13 @@ def profile_model(ref: str, input_shape=None, settings: ProfileSettings | None =
         kernels = sum(ctx.values()) + rest
         ctx = {name: t / kernels * whole_run for name, t in ctx.items()}
         isolated_total = sum((lp.rows or lp.channels)[-1].seconds for lp in layers)
+        by_name = {layer.name: layer for layer in graph.layers}
         for lp in layers:
             t_ctx = ctx.get(lp.name)
             whole = (lp.rows or lp.channels)[-1].seconds
             if t_ctx is None or whole <= 0:
                 continue  # fused into a neighbour's kernel in the whole model: its own time stays
-            lp.rows, lp.channels = _scaled(lp.rows, t_ctx / whole), _scaled(lp.channels, t_ctx / whole)
+            in_context(lp, by_name[lp.name], graph, t_ctx)
         context_total = whole_run
         if settings.stages:
             try:
