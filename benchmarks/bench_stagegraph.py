@@ -88,14 +88,12 @@ READING = """
   per-option tables the evaluator owns, with `price_stage` kept as the definition the tests compare
   against) and heads, costs and loads stored column-wise instead of one object per arc.
 - **The certificate it buys.** With the faster build, the graph of `coopai/vgg16-rpi4-5.yaml`
-  period within the polished plan (567.376 ms) is built in 26 s inside a 60 s solve; with option
-  `polish_aside=false` (the polished plan as the rounds' incumbent) `dp` certifies it optimal in
-  49-53 s (the certification table says 5.77 %), and with the min-max search's 96 Lagrangian steps
-  (3900934) also `coopai/vgg16-rpi3-5.yaml` period (1341.2 ms, optimal in 57 s; the table says
-  3.12 %). With the default (the plan aside, the rounds jumping to coopai's 594.1 ms) the jump's
-  graph is not built within its share and the gap stays 5.6 %; `examples/edge-3dev.yaml` period
-  certifies with the default (23 s) and, two solves sharing the cores, not with the option (0.89 %):
-  docs/exact.md, "polish", has the table.
+  period within the polished plan (567.376 ms) is built in 26 s inside a 60 s solve; with the
+  polished plan as the rounds' incumbent (the default since 3899ff9; option `polish_aside`) `dp`
+  certifies it optimal in 46-53 s, and with the min-max search's 96 Lagrangian steps (3900934)
+  also `coopai/vgg16-rpi3-5.yaml` period (1341.2 ms, optimal in 52-57 s). With the plan kept
+  aside (the rounds jumping to coopai's 594.1 ms) the jump's graph is not built within its share
+  and the gap stays 5.6 %: docs/exact.md, "polish", has the table.
 """
 
 
