@@ -134,6 +134,21 @@ def _aim(grown: list[tuple[float, int]]) -> float:
     return u2 * math.exp(step) if step < MAX_EXP else math.inf
 
 
+def _below_overflow(upper: float, done: float, cap: float, overflowed: list[tuple[float, float]]) -> float | None:
+    """``upper``, or halfway from ``done`` (the bound of the last round that finished) to the
+    least bound that overflowed a cap at least ``cap`` when ``upper`` is at or above it: the
+    plans within a bound only grow with it, so such a round would overflow again (on
+    ``coopai/vgg16-rpi4-6.yaml`` period the rounds went back to the incumbent after each round
+    that finished and bisected down to the same bounds three times in one minute). None when
+    that overflow is within ``TINY_STEP`` of ``done``: no round of this cap can prove more."""
+    least = min((t for t, c in overflowed if c >= cap), default=math.inf)
+    if upper < least or not least > done:
+        return upper
+    if least <= done * (1 + TINY_STEP):
+        return None
+    return done + (least - done) / 2
+
+
 def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm_start: WarmStarter,
             settings: RoundSettings, incumbent: float | None = None,
             build_graph: Callable[..., StageGraph] = build_stage_graph) -> Exploration:
@@ -244,20 +259,33 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
     done_upper = st.lower  # the bound of the last round that finished
     retry_cap = 0  # a larger cap for a round retried at the same bound
     grown: list[tuple[float, int]] = []  # (bound, arcs enumerated) of the rounds that found arcs
+    # period and memory: (bound, arc cap) of the rounds that overflowed their cap or their time;
+    # the plans within a bound only grow with it, so no later round of at most that cap tries a
+    # bound at or above it (it bisects between the last round that finished and the overflow)
+    overflowed: list[tuple[float, float]] = []
 
     while True:
         if incumbent is not None and st.lower is not None and st.lower >= incumbent * (1 - INCUMBENT_PROVEN):
             return st.stop()  # the incumbent is proven optimal: nothing better to enumerate
         st.rounds += 1
         known = [v for v in (st.best.found.value if st.best else None, incumbent) if v is not None]
-        ctx.report(phase=f"round {st.rounds}", within=upper if math.isfinite(upper) else None,
-                   incumbent=min(known) if known else None, bound=st.lower, force=True)
         # a round may grow the graph 16-fold (at least to FIRST_CAP arcs), up to the round budget:
         # near the optimum a small step can multiply the plans a hundredfold, and a round that
         # overflows costs what it enumerated before it gave up
         cap = max_arcs if not math.isfinite(upper) or jump else min(max_arcs, max(budget, 4 * prev_arcs))
         if not minmax:  # (a min-max round is within the incumbent or a bisection step)
             cap = min(cap, max(FIRST_CAP, 16 * prev_arcs, retry_cap))
+        if minmax and not jump:
+            below = _below_overflow(upper, done_upper, cap, overflowed)
+            if below is None:  # every bound left would overflow again
+                st.rounds -= 1
+                if st.best is None and incumbent is None:
+                    raise SpaceTooLarge(f"the plans within {upper:.6g} are too many to enumerate "
+                                        f"within {cap:,.0f} arcs")
+                return st.stop()
+            upper = below
+        ctx.report(phase=f"round {st.rounds}", within=upper if math.isfinite(upper) else None,
+                   incumbent=min(known) if known else None, bound=st.lower, force=True)
         now = time.perf_counter()
         trying = first_try and st.rounds == 1
         if known_try or trying:  # a first round from a known bound, or just above the relaxation's
@@ -277,6 +305,7 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
                 upper = cap_at  # the small first round took its share: straight to the plan known
                 continue
             if jump and deadline is not None and time.perf_counter() < deadline:
+                overflowed.append((upper, math.inf))  # less time is left for any later round
                 # the jump's share of the time ran out: crawl up from the bound instead
                 jump, upper = False, done_upper * (1 + growth)
                 continue
@@ -291,6 +320,8 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             if trying:
                 upper = cap_at  # the small first round overflowed its budget: straight to the plan known
                 continue
+            if minmax:
+                overflowed.append((upper, cap))
             if jump:
                 jump, upper = False, done_upper * (1 + growth)
                 continue

@@ -303,3 +303,47 @@ def test_a_time_out_before_any_plan_never_returns_a_plan_over_the_caps(monkeypat
     monkeypatch.setattr(exact, "explore", stopped)
     res = exact.DPPlanner(anytime=False).solve(inst, objective="latency")
     assert res.plan is None and res.status == "timeout" and "no plan yet" in res.message
+
+
+def test_below_an_overflow_the_rounds_bisect_and_stop_when_nothing_is_left():
+    from formulations.rounds import _below_overflow
+
+    seen = [(1.5, INF), (1.3, 1000)]  # (bound, cap) of two rounds that overflowed
+    assert _below_overflow(1.2, 1.0, 1000, seen) == 1.2  # below every overflow: as asked
+    assert _below_overflow(1.4, 1.0, 1000, seen) == pytest.approx(1.15)  # halfway to 1.3
+    assert _below_overflow(1.4, 1.0, 4000, seen) == 1.4  # a larger cap than 1.3's: only 1.5 binds
+    assert _below_overflow(1.6, 1.0, 4000, seen) == pytest.approx(1.25)
+    assert _below_overflow(1.4, 1.29999, 1000, seen) is None  # 1.3 is within TINY_STEP: nothing left
+
+
+def test_period_rounds_never_retry_a_bound_that_overflowed(monkeypatch):
+    """Period with an incumbent at 1.5: every graph within 1.4 or more overflows, below it a
+    round finds no plan and proves its bound. After the jump to the incumbent overflows, no
+    round goes back above an overflow (before, each round that finished jumped back to the
+    incumbent and bisected down again), and the rounds stop once the bound is within
+    TINY_STEP of the overflow, with that bound proven."""
+    monkeypatch.setattr(rounds, "_full_bounds", lambda *a, **k: SimpleNamespace(lower=1.0))
+    monkeypatch.setattr(rounds, "_floor", lambda *a, **k: 0.0)
+    monkeypatch.setattr(rounds, "_threshold", lambda *a, **k: None)
+    built = []
+
+    def build_graph(instance, **kw):
+        upper = kw["upper"]
+        built.append(upper)
+        assert len(built) < 200, "the rounds do not stop"
+        if upper >= 1.4:
+            raise SpaceTooLarge("too many")
+        return Graph(upper * (1 + 1e-9), None, arcs=50)
+
+    def warm_start(sg, objective, deadline, prior):
+        return SimpleNamespace(fixing=None, empty=sg.solve is None, capped_exact=False)
+
+    ctx = SimpleNamespace(objective="period", time_limit=None, started=time.perf_counter(), report=lambda **k: None)
+    ex = explore(_instance(), ctx, lambda sg, c, ws: sg.solve, warm_start, RoundSettings(), 1.5, build_graph=build_graph)
+    failed = [u for u in built if u >= 1.4]
+    assert failed[0] == pytest.approx(1.5)  # the jump
+    assert all(u < 1.5 for u in built[built.index(failed[0]) + 1:])
+    assert all(b < a for a, b in zip(failed, failed[1:]))  # each overflow below the last: a bisection
+    assert len(built) < 60
+    assert ex.found is None and not ex.certified
+    assert 1.4 * (1 - 2 * rounds.TINY_STEP) <= ex.lower < 1.4
