@@ -164,7 +164,7 @@ class _Problem:
             mx += [K[:, d] for d in self.cap_dev]
         else:
             self.cap_w, self.cap_m = list(self.cap_dev), list(self.cap_dev)
-        self.limits = []  # (column, cap) of the capped latency and energy
+        self.limits = []  # (column, cap) of the capped latency and energy (and period, for memory)
         for name, limit, vals, tvals in (
                 ("latency", inst.constraints.latency_s, [a.tau for a in sg.arcs], [t.gather_s for t in terms]),
                 ("energy", inst.constraints.energy_j, [a.energy for a in sg.arcs], [t.energy for t in terms])):
@@ -172,6 +172,22 @@ class _Problem:
                 self.limits.append((len(add), cap_limit(limit)))
                 add.append(np.array(vals, dtype=float))
                 tadd.append(np.array(tvals, dtype=float))
+        period_cap = inst.constraints.period_s
+        if objective == "memory" and period_cap is not None:
+            # the period cap: every device's load (compute and receive, the gather included) and,
+            # over a shared medium, the summed transfers; without these columns the search's
+            # optimum broke the cap and the plan within it was never looked for (differential
+            # bed, random-23692-1: 156 bytes over the cap, 172 within it)
+            L = np.array([a.load for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
+            TL = np.array([t.load for t in terms], dtype=float).reshape(len(terms), n_dev)
+            for d in range(n_dev):
+                self.limits.append((len(add), cap_limit(period_cap)))
+                add.append(L[:, d])
+                tadd.append(TL[:, d])
+            if inst.network.medium == "shared":
+                self.limits.append((len(add), cap_limit(period_cap)))
+                add.append(np.array([a.transfer_s for a in sg.arcs], dtype=float))
+                tadd.append(np.array([t.gather_s for t in terms], dtype=float))
         self.add = np.column_stack(add) if add else np.zeros((n_arcs, 0))
         self.mx = np.column_stack(mx) if mx else np.zeros((n_arcs, 0))
         self.term_add = np.full((sg.n_nodes, self.add.shape[1]), np.inf)

@@ -192,16 +192,10 @@ def minmax_warm_start(sg: StageGraph, objective: str, deadline: float | None = N
     res = minmax_search(sg, objective, upper=upper, max_labels=max_labels, deadline=deadline)
     value = sg.path_value(res.arcs, objective) if res.arcs else math.inf
     period_cap = sg.instance.constraints.period_s
-    if period_cap is not None and objective != "period":
-        # the search does not know the period cap: its optimum without it is only a bound,
-        # and its plan a start only when the evaluator finds it within the cap
-        lower = res.lower if res.stopped else (value if res.optimal else None)
-        if not res.arcs or not evaluate_stages(plan_stages(sg, res.arcs), sg.instance).feasible:
-            return WarmStart([], math.inf, lower, False)
-        return WarmStart(res.arcs, value, lower, True)
-    # minimising the period under a period cap: the cap only removes plans above the optimum
-    # sought, so a plan over it shows that none of the graph (within the bound) meets it
-    over = period_cap is not None and bool(res.arcs) and value > cap_limit(period_cap)
+    # (memory: the search carries the period cap, ``minmax._Problem.limits``.) Minimising the
+    # period under a period cap: the cap only removes plans above the optimum sought, so a plan
+    # over it shows that none of the graph (within the bound) meets it
+    over = objective == "period" and period_cap is not None and bool(res.arcs) and value > cap_limit(period_cap)
     if res.stopped:
         return WarmStart(res.arcs, value, res.lower, bool(res.arcs) and not over)
     if over:
