@@ -109,6 +109,19 @@ class _Side:
     lag: np.ndarray
 
 
+def _period_columns(sg: StageGraph, terms: list, n_dev: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(arc values, terminal values) of what a plan's period is the max of: each device's load
+    (compute and receive; a terminal's, the gather), and over a shared medium the summed
+    transfers (a terminal's, the gather)."""
+    loads = np.array([a.load for a in sg.arcs], dtype=float).reshape(len(sg.arcs), n_dev)
+    t_loads = np.array([t.load for t in terms], dtype=float).reshape(len(terms), n_dev)
+    cols = [(loads[:, d], t_loads[:, d]) for d in range(n_dev)]
+    if sg.instance.network.medium == "shared":
+        cols.append((np.array([a.transfer_s for a in sg.arcs], dtype=float),
+                     np.array([t.gather_s for t in terms], dtype=float)))
+    return cols
+
+
 class _Problem:
     """The graph's arcs as label columns: summed columns ``add`` and maxed columns ``mx``, their
     terminal values and the suffix floors, and how a label's floor and caps are read."""
@@ -138,15 +151,18 @@ class _Problem:
             raise LabelBudget("the time limit ran out") from None
         check()
         self.shared = objective == "period" and inst.network.medium == "shared"
+        period_cap = inst.constraints.period_s
+        if objective == "period" or period_cap is not None:  # the loads (and transfers), per column
+            load_cols = _period_columns(sg, terms, n_dev)
         if objective == "period":
-            L = np.array([a.load for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
-            add += list(L.T)
-            tadd += list(np.array([t.load for t in terms], dtype=float).reshape(len(terms), n_dev).T)
             self.obj_add = list(range(n_dev))
+            for a_col, t_col in load_cols[:n_dev]:
+                add.append(a_col)
+                tadd.append(t_col)
             if self.shared:
                 self.x_col = len(add)
-                add.append(np.array([a.transfer_s for a in sg.arcs], dtype=float))
-                tadd.append(np.array([t.gather_s for t in terms], dtype=float))
+                add.append(load_cols[n_dev][0])
+                tadd.append(load_cols[n_dev][1])
             # memory caps: only the devices some path can overflow need columns
             self.cap_dev = [d for d, c in zip(capped, capv) if self._can_overflow(W[:, d], K[:, d], c)]
         else:
@@ -172,22 +188,15 @@ class _Problem:
                 self.limits.append((len(add), cap_limit(limit)))
                 add.append(np.array(vals, dtype=float))
                 tadd.append(np.array(tvals, dtype=float))
-        period_cap = inst.constraints.period_s
         if objective == "memory" and period_cap is not None:
             # the period cap: every device's load (compute and receive, the gather included) and,
             # over a shared medium, the summed transfers; without these columns the search's
             # optimum broke the cap and the plan within it was never looked for (differential
             # bed, random-23692-1: 156 bytes over the cap, 172 within it)
-            L = np.array([a.load for a in sg.arcs], dtype=float).reshape(n_arcs, n_dev)
-            TL = np.array([t.load for t in terms], dtype=float).reshape(len(terms), n_dev)
-            for d in range(n_dev):
+            for a_col, t_col in load_cols:
                 self.limits.append((len(add), cap_limit(period_cap)))
-                add.append(L[:, d])
-                tadd.append(TL[:, d])
-            if inst.network.medium == "shared":
-                self.limits.append((len(add), cap_limit(period_cap)))
-                add.append(np.array([a.transfer_s for a in sg.arcs], dtype=float))
-                tadd.append(np.array([t.gather_s for t in terms], dtype=float))
+                add.append(a_col)
+                tadd.append(t_col)
         self.add = np.column_stack(add) if add else np.zeros((n_arcs, 0))
         self.mx = np.column_stack(mx) if mx else np.zeros((n_arcs, 0))
         self.term_add = np.full((sg.n_nodes, self.add.shape[1]), np.inf)

@@ -267,7 +267,6 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
     while True:
         if incumbent is not None and st.lower is not None and st.lower >= incumbent * (1 - INCUMBENT_PROVEN):
             return st.stop()  # the incumbent is proven optimal: nothing better to enumerate
-        st.rounds += 1
         known = [v for v in (st.best.found.value if st.best else None, incumbent) if v is not None]
         # a round may grow the graph 16-fold (at least to FIRST_CAP arcs), up to the round budget:
         # near the optimum a small step can multiply the plans a hundredfold, and a round that
@@ -278,12 +277,12 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         if minmax and not jump:
             below = _below_overflow(upper, done_upper, cap, overflowed)
             if below is None:  # every bound left would overflow again
-                st.rounds -= 1
                 if st.best is None and incumbent is None:
                     raise SpaceTooLarge(f"the plans within {upper:.6g} are too many to enumerate "
                                         f"within {cap:,.0f} arcs")
                 return st.stop()
             upper = below
+        st.rounds += 1
         ctx.report(phase=f"round {st.rounds}", within=upper if math.isfinite(upper) else None,
                    incumbent=min(known) if known else None, bound=st.lower, force=True)
         now = time.perf_counter()

@@ -725,10 +725,10 @@ def _scaled(points: list[Point], factor: float) -> list[Point]:
     return [Point(p.fraction, max(p.seconds * factor, MIN_SECONDS)) for p in points]
 
 
-def layer_bytes(layer: Layer, graph: LayerGraph) -> tuple[int, int]:
-    """The elements a layer reads as weights and as activations (its inputs and its output)."""
-    acts = sum(int(np.prod(graph.shape(t), dtype=np.int64)) for t in dict.fromkeys(layer.inputs))
-    return int(layer.params), acts + int(np.prod(layer.shape, dtype=np.int64))
+def layer_elements(layer: Layer, graph: LayerGraph) -> tuple[int, int, int]:
+    """The elements of a layer's weights, of its activation inputs and of its output."""
+    inputs = sum(int(np.prod(graph.shape(t), dtype=np.int64)) for t in dict.fromkeys(layer.inputs))
+    return int(layer.params), inputs, int(np.prod(layer.shape, dtype=np.int64))
 
 
 def in_context(lp: LayerProfile, layer: Layer, graph: LayerGraph, t_ctx: float) -> None:
@@ -746,15 +746,14 @@ def in_context(lp: LayerProfile, layer: Layer, graph: LayerGraph, t_ctx: float) 
     if excess <= 0:
         lp.rows, lp.channels = _scaled(lp.rows, t_ctx / whole), _scaled(lp.channels, t_ctx / whole)
         return
-    weights, acts = layer_bytes(layer, graph)
-    total = max(weights + acts, 1)
-    inputs = acts - int(np.prod(layer.shape, dtype=np.int64))
+    weights, inputs, output = layer_elements(layer, graph)
+    total = max(weights + inputs + output, 1)
 
     def rows(f: float) -> float:
-        return (weights + f * acts) / total
+        return (weights + f * (inputs + output)) / total
 
     def channels(f: float) -> float:
-        return (f * weights + inputs + f * (acts - inputs)) / total
+        return (f * weights + inputs + f * output) / total
 
     lp.rows = [Point(p.fraction, max(p.seconds + excess * rows(float(p.fraction)), MIN_SECONDS)) for p in lp.rows]
     lp.channels = [Point(p.fraction, max(p.seconds + excess * channels(float(p.fraction)), MIN_SECONDS))
