@@ -40,7 +40,7 @@ Method (docs/profiles.md, "Profiling this host"):
   stage (``stage_depths``) and run by the deployment's rank program (``deployed_stage_cost``);
   the excess of each run over one run of the whole model, per stage, at least one run call,
   averaged over the depths, is the device's ``stage_overhead_s`` (what a rank pays per stage
-  beyond its layers' kernels; deeper stages pay more, ``per_stage_costs``).
+  beyond its layers' kernels; it depends on the layers a stage holds, ``per_stage_costs``).
 * Points are made non-decreasing in the fraction (a running minimum from the whole layer
   down), so the interpolation never makes a smaller part dearer than a larger one. A cut that cannot be
   built or run is left out and said in ``notes``; a layer that cannot be timed at all is
@@ -667,10 +667,12 @@ def per_stage_costs(ref: str, graph: LayerGraph, settings: ProfileSettings, whol
     """(layers a stage, stages, seconds of one run, excess per stage) of the model deployed at each
     of ``settings.stage_depths`` (``deployed_stage_cost``); each excess at least one run call.
 
-    The excess per stage grows with the layers a stage holds: MobileNetV2 at 96 px here, 52 us
-    a stage with one layer a stage, 58 with two, 69 with four; a plan's stages hold 1 to its
-    fusion limit, so the mean over the depths is charged. Measured with one layer a stage
-    only, its 17-stage plan of four-layer stages was predicted at 2.17 ms and took 2.69 to
+    The excess per stage depends on the layers a stage holds, and not one way: MobileNetV2 at
+    96 px here, 52 us a stage with one layer a stage, 58 with two, 69 with four; ShuffleNet
+    (the onnx package's ``light_shufflenet``) 80 us with one, 194 with four; SqueezeNet
+    (``light_squeezenet``) 188 us with one, 48 with four. A plan's stages hold 1 to its fusion
+    limit, so the mean over the depths is charged. Measured with one layer a stage only,
+    MobileNetV2's 17-stage plan of four-layer stages was predicted at 2.17 ms and took 2.69 to
     2.98 ms in the rank program."""
     depths = sorted({max(1, min(int(k), len(graph.layers))) for k in settings.stage_depths}) or [1]
     out = []
