@@ -150,6 +150,7 @@ def _write_deployment(instance: Instance, plan: Plan, target: OutputDir, model, 
         return EXTERNAL_NAME if d == EXTERNAL else names[d]
 
     source = ModelSource(model, g, weights)
+    dtypes = numpy_dtype_names(source, [*g.inputs, *(l.output for l in g.layers)])  # refuses strings first
     # sized now (over 2 GiB is refused before any sub-model is built), written last
     reference = weights.model_chunks(f"the model {printable(instance.model)}")
 
@@ -232,7 +233,7 @@ def _write_deployment(instance: Instance, plan: Plan, target: OutputDir, model, 
             predicted_latency_s=metrics.latency_s, predicted_gather_s=metrics.gather_s,
             notes={"dtype": "float32", "instance_dtype_bytes": instance.dtype_bytes,
                    "medium": net.medium, "plan": plan.to_dict(),
-                   "dtypes": numpy_dtype_names(source, [*g.inputs, *(l.output for l in g.layers)])},
+                   "dtypes": dtypes},
             shapes={**{t: list(s) for t, s in g.inputs.items()}, **{l.output: list(l.shape) for l in g.layers}},
         )
         validate_manifest(manifest, "deploy")  # what run checks: never write a deployment it refuses

@@ -39,7 +39,7 @@ _SECONDS = {"type": "number", "minimum": 0}
 _SHAPE = {"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 1 << 20}, "minItems": 0,
           "maxItems": 8}  # (a scalar input, e.g. a sample rate, has the shape [])
 #: the element types a deployment may carry between ranks (``notes.dtypes``, numpy names)
-_DTYPES = ["float32", "float64", "float16", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
+DTYPES = ["float32", "float64", "float16", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64",
            "uint64", "bool"]
 _SHAPES = {"type": "object", "additionalProperties": _SHAPE, "propertyNames": {"minLength": 1}}
 _SLICE = {"type": "object", "required": ["tensor", "rows", "channels", "name"], "additionalProperties": False,
@@ -91,7 +91,7 @@ MANIFEST_SCHEMA = {
         "predicted_gather_s": _SECONDS,
         "notes": {"type": "object", "required": ["dtype"], "properties": {
             "dtype": {"const": "float32"},
-            "dtypes": {"type": "object", "additionalProperties": {"enum": _DTYPES}}}},
+            "dtypes": {"type": "object", "additionalProperties": {"enum": DTYPES}}}},
         "shapes": {**_SHAPES, "minProperties": 1},
     },
 }

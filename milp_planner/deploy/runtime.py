@@ -329,5 +329,16 @@ def max_abs_err(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
     missing = set(b) - set(a)
     if missing:
         raise PlannerError(f"deploy: output '{sorted(missing)[0]}' was not produced")
-    return max(float(np.max(np.abs(a[t].astype(np.float64) - b[t].astype(np.float64)))) if a[t].size else 0.0
-               for t in b)
+    return max((_abs_err(a[t], b[t]) for t in b), default=0.0)
+
+
+def _abs_err(got: np.ndarray, want: np.ndarray) -> float:
+    """The largest absolute difference; equal values (NaN against NaN, an infinity against the
+    same infinity) differ by 0, a NaN or infinity on one side only by infinity."""
+    if not want.size:
+        return 0.0
+    x, y = got.astype(np.float64), want.astype(np.float64)
+    same = (x == y) | (np.isnan(x) & np.isnan(y))
+    with np.errstate(invalid="ignore"):
+        diff = np.where(same, 0.0, np.abs(x - y))
+    return float(np.max(np.nan_to_num(diff, nan=np.inf, posinf=np.inf)))

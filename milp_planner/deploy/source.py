@@ -26,6 +26,9 @@ from milp_planner.errors import PlannerError
 from milp_planner.model.graph import LayerGraph
 
 STATIC_OPS = frozenset({"Constant", "ConstantOfShape", "Shape", "Size"})  # as the importer
+#: the oldest default-domain opset onnxruntime runs; an older model is converted to it once
+#: (``onnx.version_converter``) before it is split
+MIN_RUNTIME_OPSET = 7
 ALIAS_OPS = frozenset({"Identity", "Dropout"})
 
 
@@ -96,7 +99,7 @@ def open_model(instance, on_full_load=None):
     path = instance_model_path(instance)
     if streams_weights(instance):
         model, spans = _skim_with_spans(path)
-        if model is not None:
+        if model is not None and not _too_old(model):
             _fix_input_dims(model, instance.graph)
             return model, Weights(model, path, spans)
     if on_full_load is not None:
@@ -161,7 +164,69 @@ def load_model(instance) -> onnx.ModelProto:
     except Exception as e:
         raise PlannerError(f"{path}: cannot load the model with its weights ({str(e).splitlines()[0][:120]})") from None
     _fix_input_dims(model, g)
+    return _runtime_opset(model, path)
+
+
+def _default_opset(model: onnx.ModelProto) -> int | None:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def _too_old(model: onnx.ModelProto) -> bool:
+    v = _default_opset(model)
+    return v is not None and v < MIN_RUNTIME_OPSET
+
+
+def _channel_slopes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Before opset 7 a PRelu slope of C elements is per channel (axis 1); from 7 it broadcasts
+    as numpy does (from the last axis), which the converter leaves as it is: such a slope
+    initializer is reshaped to (C, 1, ..., 1)."""
+    from onnx import numpy_helper
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    ranks = {}
+    inferred = onnx.shape_inference.infer_shapes(model)
+    for vi in [*inferred.graph.input, *inferred.graph.value_info]:
+        if vi.type.tensor_type.HasField("shape"):
+            ranks[vi.name] = len(vi.type.tensor_type.shape.dim)
+    inits = {t.name: t for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type != "PRelu" or n.domain not in ("", "ai.onnx") or len(n.input) < 2:
+            continue
+        t, rank = inits.get(n.input[1]), ranks.get(n.input[0], 0)
+        if t is None or len(t.dims) != 1 or t.dims[0] <= 1 or rank < 3:
+            continue
+        value = numpy_helper.to_array(t).reshape((t.dims[0],) + (1,) * (rank - 2))
+        t.CopyFrom(numpy_helper.from_array(value, t.name))
+        for vi in model.graph.input:  # before IR 4 an initializer is also declared as an input
+            if vi.name == t.name and vi.type.tensor_type.HasField("shape"):
+                vi.type.tensor_type.shape.ClearField("dim")
+                for d in value.shape:
+                    vi.type.tensor_type.shape.dim.add().dim_value = d
     return model
+
+
+def _runtime_opset(model: onnx.ModelProto, label) -> onnx.ModelProto:
+    """``model``, converted to opset ``MIN_RUNTIME_OPSET`` when it is older (onnxruntime runs
+    nothing older), with a ``ModelWarning`` that says so; the sub-models and ``reference.onnx``
+    are cut from the converted model."""
+    if not _too_old(model):
+        return model
+    import warnings
+
+    from onnx import version_converter
+
+    from milp_planner.model.onnx import ModelWarning
+
+    old = _default_opset(model)
+    try:
+        new = version_converter.convert_version(_channel_slopes(model), MIN_RUNTIME_OPSET)
+    except Exception as e:  # noqa: BLE001 - the converter's own reason, on one line
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise PlannerError(f"{label}: opset {old} is older than onnxruntime runs ({MIN_RUNTIME_OPSET}) and "
+                           f"onnx.version_converter cannot convert it ({reason})") from None
+    warnings.warn(f"{label}: opset {old} is older than onnxruntime runs; the model was converted to opset "
+                  f"{MIN_RUNTIME_OPSET} (onnx.version_converter) before it was split", ModelWarning, stacklevel=2)
+    return new
 
 
 def _outer_reads(n: onnx.NodeProto) -> list[str]:

@@ -629,5 +629,20 @@ def numpy_dtype_names(source: ModelSource, tensors) -> dict[str, str]:
     for t in tensors:
         et = source.elem_type(t)
         if et != TensorProto.FLOAT:
-            out[t] = np.dtype(helper.tensor_dtype_to_np_dtype(et)).name
+            out[t] = _carried_dtype(t, et)
     return out
+
+
+def _carried_dtype(tensor: str, elem_type: int) -> str:
+    """The numpy name of a tensor's element type, or ``PlannerError`` for one that the workers
+    cannot carry between devices or feed (strings, complex numbers)."""
+    from milp_planner.deploy.manifest import DTYPES
+
+    try:
+        name = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except (KeyError, TypeError, ValueError):
+        name = TensorProto.DataType.Name(elem_type).lower()
+    if name not in DTYPES:
+        raise PlannerError(f"deploy: tensor '{tensor}' holds {TensorProto.DataType.Name(elem_type).lower()} "
+                           f"elements; a deployment carries and feeds only {', '.join(DTYPES)} tensors")
+    return name
