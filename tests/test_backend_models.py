@@ -115,3 +115,17 @@ def test_every_backend_model_runs_split_and_matches_or_is_refused_with_a_reason(
             return
         got, want = _deployed_outputs(name, tmp_path)
     assert max_abs_err({k: got[k].reshape(v.shape) for k, v in want.items()}, want) <= 1e-4
+
+
+def test_a_classical_ml_model_is_refused_naming_its_domain(capsys):
+    """onnxruntime's own example (logistic regression, ai.onnx.ml only) used to be called "an
+    incomplete or truncated file"."""
+    import onnxruntime
+
+    from milp_planner.cli import main
+
+    path = Path(onnxruntime.__file__).parent / "datasets" / "logreg_iris.onnx"
+    assert main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "imports only the operator domain(s) ai.onnx.ml" in err and "ZipMap" in err

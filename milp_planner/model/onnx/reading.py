@@ -94,6 +94,12 @@ def check_model(proto: onnx.ModelProto, label: str) -> None:
         raise PlannerError(f"{label}: the graph has no outputs")
     opsets = [o.version for o in proto.opset_import if o.domain in STANDARD_DOMAINS]
     if not opsets:
+        others = sorted({o.domain for o in proto.opset_import})
+        if others:
+            ops = sorted({n.op_type for n in g.node})
+            raise PlannerError(f"{label}: imports only the operator domain(s) {', '.join(others)} (ops "
+                               f"{', '.join(ops[:4])}{', ...' if len(ops) > 4 else ''}), not the default ONNX "
+                               "domain of the neural-network operators this tool plans")
         raise PlannerError(f"{label}: no opset for the default ONNX domain (an incomplete or truncated file?)")
     newest = onnx.defs.onnx_opset_version()
     if max(opsets) > newest:
