@@ -41,10 +41,10 @@ MODELS = {  # label -> zoo reference (small inputs: a run takes seconds on one c
     "MobileNetV2-like (mobilenetv2, 96 px)": "mobilenetv2:96",
 }
 GOAL = 0.15
-#: each deployment is launched this many times (each a median of --repeat runs) and the launch of
-#: median latency is kept: on this VM launches of the same folder differ by up to 47 % (3.15 and
-#: 4.63 ms), more than the runs within one launch
-LAUNCHES = 3
+#: each deployment is launched this many times (each a median of --repeat runs; a model's
+#: deployments in turn, ``run_all``) and the launch of median latency is kept: on this VM launches
+#: of the same folder differ by up to 47 % (3.15 and 4.63 ms), more than the runs within one launch
+LAUNCHES = 5
 
 
 def machine() -> dict:
@@ -94,24 +94,47 @@ def stage_rows(per_stage: list[dict], alone: dict) -> list[dict]:
     return rows
 
 
-def run_one(inst_path: Path, plan_path: Path, repeat: int, timeout: float) -> dict:
+def run_all(jobs: list[tuple[Path, Path]], repeat: int, timeout: float) -> list[dict]:
+    """Deploy each (instance, plan) of ``jobs``, then launch them in turn, ``LAUNCHES`` rounds
+    (one launch of every deployment per round), so that a slow spell of the host falls on every
+    plan of the model alike rather than on the plan that happened to run then. Per job, the
+    launch of median latency, with every launch's latency and the parts timed alone; a job
+    that fails is its exception."""
     from milp_planner.deploy import deploy, run_deployment
     from milp_planner.instance import load_instance
     from milp_planner.space.plan import Plan
 
-    inst = load_instance(inst_path)
-    plan = Plan.load(plan_path)
     with tempfile.TemporaryDirectory(prefix="fidelity-") as tmp:
-        out_dir = deploy(inst, plan, Path(tmp) / "deploy")
-        # the run's memory estimate (3 session copies of every sub-model and of the reference) is
-        # cautious; VGG-16's 2-rank run is estimated at 4 GB, over the default budget, on a 24 GB host
-        runs = [run_deployment(out_dir, repeat=repeat, check=True, emulate_network=True, timeout=timeout,
-                               memory_budget=RUN_MEMORY_BUDGET) for _ in range(LAUNCHES)]
-        runs.sort(key=lambda r: r["measured_latency_s"])
-        res = runs[len(runs) // 2]  # the launch of median latency, with its per-stage times
-        res["launches_s"] = [r["measured_latency_s"] for r in runs]
-        res["parts_alone_s"] = time_parts(out_dir)
-    return res
+        folders: list = []
+        for i, (inst_path, plan_path) in enumerate(jobs):
+            try:
+                folders.append(deploy(load_instance(inst_path), Plan.load(plan_path), Path(tmp) / f"deploy{i}"))
+            except Exception as e:  # noqa: BLE001 - recorded by the caller
+                folders.append(e)
+        runs: list = [[] if not isinstance(f, Exception) else f for f in folders]
+        for _ in range(LAUNCHES):
+            for i, f in enumerate(folders):
+                if isinstance(runs[i], Exception):
+                    continue
+                # the run's memory estimate (3 session copies of every sub-model and of the
+                # reference) is cautious; VGG-16's 2-rank run is estimated at 4 GB, over the
+                # default budget, on a 24 GB host
+                try:
+                    runs[i].append(run_deployment(f, repeat=repeat, check=True, emulate_network=True,
+                                                  timeout=timeout, memory_budget=RUN_MEMORY_BUDGET))
+                except Exception as e:  # noqa: BLE001 - recorded by the caller
+                    runs[i] = e
+        out = []
+        for f, r in zip(folders, runs):
+            if isinstance(r, Exception):
+                out.append(r)
+                continue
+            r.sort(key=lambda x: x["measured_latency_s"])
+            res = r[len(r) // 2]  # the launch of median latency, with its per-stage times
+            res["launches_s"] = [x["measured_latency_s"] for x in r]
+            res["parts_alone_s"] = time_parts(f)
+            out.append(res)
+    return out
 
 
 def time_parts(out_dir: Path) -> dict:
@@ -226,15 +249,16 @@ def measure_model(model: str, args, work: Path, bandwidths: list[float]) -> list
         # the plan would have without it
         planned["stage_overhead_s"] = stage_overhead_of(prof_path)
         planned["predicted_no_stage_overhead_s"] = predict(inst_path, plan_path, stage_overhead=False)
-        row = {"model": label, "ref": f"zoo:{model}", "ranks": ranks,
-               "bandwidth_mbps": bw if ranks > 1 else None, "instance": str(inst_path.relative_to(work.parent)),
-               "plan": planned, "profile_s": round(profile_s, 1)}
-        try:
-            res = run_one(inst_path, plan_path, args.repeat, args.timeout)
-        except Exception as e:  # noqa: BLE001 - recorded, the other rows still run
-            row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        rows.append({"model": label, "ref": f"zoo:{model}", "ranks": ranks, "name": name,
+                     "bandwidth_mbps": bw if ranks > 1 else None,
+                     "instance": str(inst_path.relative_to(work.parent)), "plan": planned,
+                     "profile_s": round(profile_s, 1), "_job": (inst_path, plan_path)})
+    results = run_all([r.pop("_job") for r in rows], args.repeat, args.timeout)
+    for row, res in zip(rows, results):
+        name = row.pop("name")
+        if isinstance(res, Exception):  # recorded, the other rows still count
+            row["error"] = f"{type(res).__name__}: {str(res).splitlines()[0] if str(res) else ''}"
             print(f"  {name}: FAILED {row['error']}", flush=True)
-            rows.append(row)
             continue
         pred = float(res["predicted_latency_s"])
         meas = float(res["measured_latency_s"])
@@ -248,7 +272,6 @@ def measure_model(model: str, args, work: Path, bandwidths: list[float]) -> list
         })
         print(f"  {name}: predicted {pred * 1e3:.2f} ms, measured {meas * 1e3:.2f} ms "
               f"({row['error'] * 100:+.1f} %)", flush=True)
-        rows.append(row)
     # the host's speed can drift while the plans run (other work, a noisy neighbour), and other
     # processes take part of the cores: time the whole model again and keep both beside the rows
     speed_after = host_speed(f"zoo:{model}", 15)
@@ -303,7 +326,8 @@ def main() -> None:
         rows += attempts[0]
         discarded += [r for a in attempts[1:] for r in a]
     info["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
-    out = {"machine": info, "settings": vars(args), "rows": rows, "discarded": discarded}
+    out = {"machine": info, "settings": {**vars(args), "launches": LAUNCHES, "in_turn": True}, "rows": rows,
+           "discarded": discarded}
     from milp_planner.io import write_atomic
 
     write_atomic(Path(args.out), json.dumps(out, indent=1, default=str) + "\n")
@@ -467,6 +491,10 @@ def _discarded_lines(out: dict, s: dict) -> list[str]:
             + "; ".join(parts) + f". {within} of those {len(gone)} rows were within {GOAL * 100:.0f} %."]
 
 
+def _in_turn(s: dict) -> str:
+    return ", a model's plans in turn (one launch of each per round)" if s.get("in_turn") else ""
+
+
 def render(out: dict) -> str:
     """The results as Markdown: the summary, where the time goes, then the per-stage tables."""
     m, s = out["machine"], out["settings"]
@@ -489,7 +517,7 @@ def render(out: dict) -> str:
         "rows and channels, equal splits) for 1 rank and for 2 ranks at each emulated bandwidth, source "
         "and sink on rank 0; each plan deployed (`milp_planner.deploy.deploy`) and run over MPI with the "
         f"emulated network (`run_deployment`, checked against onnxruntime on the whole model), median of "
-        f"{s['repeat']} runs, launched {LAUNCHES} times (the launch of median latency is the row; `launches` "
+        f"{s['repeat']} runs, launched {s.get('launches', 3)} times{_in_turn(s)} (the launch of median latency is the row; `launches` "
         f"lists all). Goal: within {GOAL * 100:.0f} %. As measured, {within} of {len(ok)} plans are; "
         f"with the prediction divided by the share of a core a process got at the time (below), "
         f"{within_adj} of {len(adjusted)}.",

@@ -129,3 +129,15 @@ def test_a_classical_ml_model_is_refused_naming_its_domain(capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "imports only the operator domain(s) ai.onnx.ml" in err and "ZipMap" in err
+
+
+def test_profile_converts_an_opset_6_model(tmp_path, capsys):
+    """`profile` runs the model with onnxruntime: an opset-6 BatchNormalization used to end in an
+    internal error."""
+    from milp_planner.cli import main
+
+    path = next(DATA.glob("*/test_BatchNorm2d_eval/model.onnx"))
+    out = tmp_path / "p.yaml"
+    assert main(["profile", str(path), "--out", str(out), "--repeats", "3"]) == 0
+    assert out.exists()
+    assert "converted to opset 7" in capsys.readouterr().err

@@ -278,7 +278,9 @@ def load_model_with_weights(ref: str, input_shape=None) -> tuple[onnx.ModelProto
             model = onnx.load(str(path))
         except Exception as e:  # the graph loaded, so this is about the weights' data
             raise PlannerError(f"{ref}: cannot read the weights ({str(e).splitlines()[0][:120]})") from None
-        model = _with_input_shapes(model, graph)
+        from milp_planner.deploy.source import runtime_opset
+
+        model = runtime_opset(_with_input_shapes(model, graph), path)
     return model, graph
 
 

@@ -164,7 +164,7 @@ def load_model(instance) -> onnx.ModelProto:
     except Exception as e:
         raise PlannerError(f"{path}: cannot load the model with its weights ({str(e).splitlines()[0][:120]})") from None
     _fix_input_dims(model, g)
-    return _runtime_opset(model, path)
+    return runtime_opset(model, path)
 
 
 def _default_opset(model: onnx.ModelProto) -> int | None:
@@ -205,7 +205,7 @@ def _channel_slopes(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _runtime_opset(model: onnx.ModelProto, label) -> onnx.ModelProto:
+def runtime_opset(model: onnx.ModelProto, label) -> onnx.ModelProto:
     """``model``, converted to opset ``MIN_RUNTIME_OPSET`` when it is older (onnxruntime runs
     nothing older), with a ``ModelWarning`` that says so; the sub-models and ``reference.onnx``
     are cut from the converted model."""
