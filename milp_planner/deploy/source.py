@@ -184,7 +184,10 @@ def _channel_slopes(model: onnx.ModelProto) -> onnx.ModelProto:
 
     model = onnx.ModelProto.FromString(model.SerializeToString())
     ranks = {}
-    inferred = onnx.shape_inference.infer_shapes(model)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - ranks unknown: the slopes stay as they are
+        inferred = model
     for vi in [*inferred.graph.input, *inferred.graph.value_info]:
         if vi.type.tensor_type.HasField("shape"):
             ranks[vi.name] = len(vi.type.tensor_type.shape.dim)
