@@ -276,10 +276,9 @@ def measure_model(model: str, args, work: Path, bandwidths: list[float]) -> list
     # processes take part of the cores: time the whole model again and keep both beside the rows
     speed_after = host_speed(f"zoo:{model}", 15)
     for r in rows:
-        if r["ref"] == f"zoo:{model}":
-            r["speed"] = {"before": speed_before, "after": speed_after,
-                          "drift": speed_after["cpu_s"] / speed_before["cpu_s"],
-                          "share": (speed_before["share"] + speed_after["share"]) / 2}
+        r["speed"] = {"before": speed_before, "after": speed_after,
+                      "drift": speed_after["cpu_s"] / speed_before["cpu_s"],
+                      "share": (speed_before["share"] + speed_after["share"]) / 2}
     print(f"  one core's share: {speed_before['share']:.2f} before, {speed_after['share']:.2f} after; "
           f"CPU time drift x{speed_after['cpu_s'] / speed_before['cpu_s']:.2f}", flush=True)
     return rows

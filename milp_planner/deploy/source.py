@@ -182,7 +182,9 @@ def _channel_slopes(model: onnx.ModelProto) -> onnx.ModelProto:
     initializer is reshaped to (C, 1, ..., 1)."""
     from onnx import numpy_helper
 
-    model = onnx.ModelProto.FromString(model.SerializeToString())
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    model = copy
     ranks = {}
     try:
         inferred = onnx.shape_inference.infer_shapes(model)
@@ -251,7 +253,7 @@ class ModelSource:
         self.graph = graph
         self.weights = weights if weights is not None else Weights(model)
         g = model.graph
-        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
+        self.opset = _default_opset(model) or 17
         self.initializers = {t.name: t for t in g.initializer}
         self.producer: dict[str, onnx.NodeProto] = {}
         self.const: set[str] = set(self.initializers)
