@@ -97,6 +97,7 @@ from milp_planner.space.geometry import tensor_grid
 from milp_planner.instance import Instance
 
 from formulations.budget import check_memory
+from formulations.link_groups import NO_LINK, grouped_links, node_ids, node_patterns
 from formulations.options import SpaceTooLarge, StageGroup, stage_groups
 from formulations.symmetry import DeviceTypes, device_types
 
@@ -109,7 +110,7 @@ class StageTable:
     groups: list[StageGroup]
     group: np.ndarray  # option -> index in groups
     perm: np.ndarray  # option -> index in that group's perms
-    head: np.ndarray  # option -> index of its exit layout in ``exits``
+    heads: np.ndarray  # (options, patterns): indices of its exit layouts in ``exits`` (one per node pattern)
     exits: list[tuple] = field(default_factory=list)  # layouts of the live tensors the stage writes
     carry_of: np.ndarray | None = None  # class at first -> index of what it carries past last
     merged: np.ndarray | None = None  # (exits, carries) -> class index at boundary last + 1
@@ -216,11 +217,15 @@ class LayoutBounds:
     _cost: object = None  # the floors' pricing (weighted passes after the build)
     _collapsed: list = field(default_factory=list)  # boundaries whose classes were priced as the empty one
     _coarse: bool = False
+    node_of: np.ndarray | None = None  # per device its link group (``formulations.link_groups``), or None
+    blocks_off: str = ""  # why the layouts have no blocks though the instance has link groups
+    blocked: frozenset = frozenset()  # with ``node_of``: the tensors whose layouts record blocks
 
-    def layout_id(self, t: str, regions) -> int:
-        """The id of tensor ``t``'s layout ``regions`` (any order), registered if new."""
+    def layout_id(self, t: str, regions, nodes=None) -> int:
+        """The id of tensor ``t``'s layout ``regions`` (any order), registered if new; with
+        link groups (``node_of``) also the node of each region's owner (``nodes``)."""
         lay = self.layouts.setdefault(t, {})
-        key = _canon(regions)
+        key = _canon_blocks(regions, nodes) if t in self.blocked else _canon(regions)
         return lay.setdefault(key, len(lay))
 
     def state_class(self, owners: dict) -> tuple | None:
@@ -231,7 +236,10 @@ class LayoutBounds:
         for t, lst in owners.items():
             if t in self._skip:
                 continue
-            regs = _canon(r for _, r in lst)
+            if t in self.blocked:
+                regs = _canon_blocks([r for _, r in lst], [self.node_of[d] for d, _ in lst])
+            else:
+                regs = _canon(r for _, r in lst)
             if not regs:
                 continue
             lid = self.layouts.get(t, {}).get(regs)
@@ -248,12 +256,90 @@ class LayoutBounds:
         ci = None if key is None else self.classes[first].get(key)
         if ci is None:  # cannot happen for a state the enumeration reached; 0 is always safe
             self.misses += 1
-            return np.zeros(len(t.head))
-        return self.to_go[last + 1][t.merged[t.head, t.carry_of[ci]]]
+            return np.zeros(len(t.heads))
+        return self.to_go[last + 1][t.merged[t.heads, t.carry_of[ci]]].min(axis=1)
 
 
 def _canon(regions) -> tuple:
     return tuple(sorted((r for r in regions if not r.empty), key=lambda r: (r.rows, r.chans)))
+
+
+def _canon_blocks(regions, nodes) -> tuple:
+    """A layout with link groups: its regions in ``_canon``'s order and the blocks they fall
+    into (``link_groups.canonical_labels`` of their owners' nodes); () when empty."""
+    pairs = sorted(((r, int(x)) for r, x in zip(regions, nodes) if not r.empty),
+                   key=lambda p: (p[0].rows, p[0].chans))
+    if not pairs:
+        return ()
+    first: dict[int, int] = {}  # ``canonical_labels`` of one short row, in Python
+    labels = tuple(first.setdefault(x, len(first)) for _, x in pairs)
+    return tuple(r for r, _ in pairs), labels
+
+
+#: most classes at a boundary with link-group blocks; beyond, the layouts drop their blocks
+#: (inside residual blocks the classes are pairs of layouts, and the blocks multiply both)
+MAX_BLOCK_CLASSES = 4096
+
+
+class _TooManyBlocks(Exception):
+    """The layouts with blocks make too many classes (``MAX_BLOCK_CLASSES``)."""
+
+
+def _node_patterns(instance: Instance, types: DeviceTypes) -> dict | None:
+    """Per number of parts, ``link_groups.node_patterns`` of the instance; None without link
+    groups, or when some number of parts has too many device orders to list them (the
+    layouts then have no blocks)."""
+    node_of = node_ids(instance)
+    if node_of is None:
+        return None
+    orbit_of = np.asarray(types.orbit, dtype=np.int64)
+    out = {}
+    for k in range(1, min(len(node_of), max(1, instance.search.max_parts)) + 1):
+        pats = node_patterns(orbit_of, node_of, k)
+        if pats is None:
+            return None
+        out[k] = {seq: [tuple(int(x) for x in row) for row in rows] for seq, rows in pats.items()}
+    return out
+
+
+def _exit_heads(lb: LayoutBounds, grp: StageGroup, last_read: dict[str, int], patterns: dict,
+                exits: dict) -> np.ndarray:
+    """(options, patterns): the exit ids (in ``exits``, extended in place) of each option of
+    ``grp`` under every partition of its parts into nodes its device order allows (repeated
+    to the widest). An option at the type level may realise several; its bound after is the
+    least over them."""
+    k = len(grp.geos)
+    e = grp.last
+    tensors = sorted({t for geo in grp.geos for t in geo.owns if last_read.get(t, -1) > e})
+    orbit_of = np.asarray(lb.types.orbit, dtype=np.int64)
+    seqs = orbit_of[np.asarray(grp.perms, dtype=np.int64).reshape(-1, k)]
+    table = patterns[k]
+    of_pattern: dict[tuple, int] = {}
+    per_seq: dict[tuple, list[int]] = {}
+    rows: list[list[int]] = []
+    for seq in map(tuple, seqs.tolist()):
+        ids = per_seq.get(seq)
+        if ids is None:
+            ids = []
+            for pat in table[seq]:
+                xi = of_pattern.get(pat)
+                if xi is None:
+                    xc = tuple((t, lb.layout_id(t, [geo.owns[t] for geo in grp.geos if t in geo.owns],
+                                                [pat[j] for j, geo in enumerate(grp.geos) if t in geo.owns]))
+                               for t in tensors)
+                    xi = of_pattern[pat] = exits.setdefault(xc, len(exits))
+                ids.append(xi)
+            per_seq[seq] = ids = sorted(set(ids))
+        rows.append(ids)
+    width = max((len(r) for r in rows), default=1)
+    return np.array([r + r[:1] * (width - len(r)) for r in rows], dtype=np.int64).reshape(len(rows), width)
+
+
+def _padded(blocks: list[np.ndarray]) -> np.ndarray:
+    """Row blocks of exit ids stacked, each row repeated from its first column to the widest."""
+    width = max((b.shape[1] for b in blocks), default=1)
+    out = [np.concatenate([b, np.repeat(b[:, :1], width - b.shape[1], axis=1)], axis=1) for b in blocks]
+    return np.concatenate(out) if out else np.zeros((0, width), dtype=np.int64)
 
 
 def exit_class(lb: LayoutBounds, group: StageGroup, last_read: dict[str, int]) -> tuple:
@@ -325,7 +411,12 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
         if k == key and (cap is None or lb.overflow_range[0] <= cap < lb.overflow_range[1]):
             _MEMO.append(_MEMO.pop(i))
             return lb
-    lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, overflow=cap, passes=passes)
+    try:
+        lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, overflow=cap, passes=passes)
+    except _TooManyBlocks as why:  # the layouts without blocks (the bound of every instance without groups)
+        lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, overflow=cap, passes=passes,
+                            blocks=False)
+        lb.blocks_off = str(why)
     # the objects named by id stay referenced, so their ids are not reused while remembered
     _MEMO.append((key, (instance.graph, instance.network, tuple((d.compute, d.power) for d in devs)), lb))
     del _MEMO[:-_MEMO_SIZE]
@@ -367,7 +458,7 @@ class Coarsening:
 
 def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_options: int,
                    deadline: float | None, symmetry: bool, coarse: Coarsening | None = None,
-                   overflow: float | None = None, passes: int = 0) -> LayoutBounds:
+                   overflow: float | None = None, passes: int = 0, blocks: bool = True) -> LayoutBounds:
     t0 = time.perf_counter()
     pr = pr or pricer(instance)
     g = instance.graph
@@ -376,10 +467,16 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
     last_read = last_readers(instance.graph)
     types = coarse.types if coarse is not None and coarse.types is not None else device_types(instance, symmetry)
     lb = LayoutBounds(objective, n, _skip=frozenset(g.inputs), types=types, overflow_cap=overflow)
+    patterns = _node_patterns(instance, types) if coarse is None and blocks else None
+    if patterns is not None:
+        lb.node_of = node_ids(instance)
+        # a tensor read only by the next layer: a skip's layouts would multiply the classes of
+        # its whole block (pairs of layouts) by the blocks of both
+        lb.blocked = frozenset(layer.output for layer in g.layers if last_read.get(layer.output, -1) == layer.id + 1)
     fits_up_to, overflows_from = 0.0, float("inf")  # the caps that filter the same layouts
     lb.classes = [dict() for _ in range(n + 1)]
     lb.classes[0][()] = 0  # the source's state is priced exactly; its class is empty
-    cost = _FloorCost(instance, objective)
+    cost = _FloorCost(instance, objective, lb.node_of, max(patterns) if patterns else 0)
     cost.widened = coarse is not None and coarse.main_only and bool(coarse.grid)
     cost.weighted_compute = coarse.weighted_compute if coarse is not None else None
     if coarse is not None:
@@ -412,22 +509,23 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
             exits: dict[tuple, int] = {}
             heads, gidx, pidx = [], [], []
             for gi, grp in enumerate(groups):
-                if main is None:
-                    xc = exit_class(lb, grp, last_read)
-                elif last_read.get(main, -1) > e:
-                    regs = [geo.owns[main] for geo in grp.geos if main in geo.owns]
-                    if coarse.grid:
-                        regs = [_widen(r, tensor_grid(g, main), coarse.grid) for r in regs]
-                    xc = ((main, lb.layout_id(main, regs)),)
-                else:
-                    xc = ()
-                xi = exits.setdefault(xc, len(exits))
                 P = len(grp.perms)
-                heads.append(np.full(P, xi))
+                if patterns is not None:
+                    heads.append(_exit_heads(lb, grp, last_read, patterns, exits))
+                else:
+                    if main is None:
+                        xc = exit_class(lb, grp, last_read)
+                    elif last_read.get(main, -1) > e:
+                        regs = [geo.owns[main] for geo in grp.geos if main in geo.owns]
+                        if coarse.grid:
+                            regs = [_widen(r, tensor_grid(g, main), coarse.grid) for r in regs]
+                        xc = ((main, lb.layout_id(main, regs)),)
+                    else:
+                        xc = ()
+                    heads.append(np.full((P, 1), exits.setdefault(xc, len(exits))))
                 gidx.append(np.full(P, gi))
                 pidx.append(np.arange(P))
-            tab = StageTable(groups, np.concatenate(gidx), np.concatenate(pidx), np.concatenate(heads),
-                             list(exits))
+            tab = StageTable(groups, np.concatenate(gidx), np.concatenate(pidx), _padded(heads), list(exits))
             if coarse is not None and coarse.time_floor is not None:
                 tab.time_floor = np.array([coarse.time_floor(grp) for grp in groups], dtype=float)
             reads = {t for grp in groups for geo in grp.geos for t in geo.needs}
@@ -440,6 +538,9 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
                                     for key in _checked(keys, deadline)], dtype=np.int64)
             nxt = lb.classes[e + 1]
             tab.merged = _merge_classes(nxt, tab.exits, list(carries), deadline)
+            if patterns is not None and len(nxt) > MAX_BLOCK_CLASSES:
+                raise _TooManyBlocks(f"{len(nxt):,} classes with link-group blocks after layer {e} "
+                                     f"(more than {MAX_BLOCK_CLASSES:,})")
             tab.read_keys, tab.first, tab.dead = list(read_keys), b == 0, dead
             tab.best = _table_floors(cost, lb, pr, tab, deadline, coarse is not None)
             lb.tables[(b, e)] = tab
@@ -670,7 +771,7 @@ class _FloorCost:
     MAX_ELEMENTS = 3e7  # largest array of received seconds (layouts x regions x devices x options)
     ranked = True  # price what a part receives over its ranked incoming links (``_received_ranked``)
 
-    def __init__(self, instance: Instance, objective: str):
+    def __init__(self, instance: Instance, objective: str, node_of: np.ndarray | None = None, width: int = 0):
         if objective not in ("latency", "energy", "period", "memory"):
             raise ValueError(f"unknown objective {objective!r}")
         self.objective = objective
@@ -683,6 +784,8 @@ class _FloorCost:
         self.ranked_inv_bw, self.ranked_lat = ranked_incoming_links(instance)
         self.src_inv_bw, self.src_lat = _source_links(instance)
         self.inputs = frozenset(instance.graph.inputs)
+        # with link groups: per device its ranked links from its node and from the others
+        self.grouped = None if node_of is None else grouped_links(instance, node_of, max(1, width))
 
     def least_floors(self, lb: LayoutBounds, pr: Pricer, tab: StageTable, read_keys: list[tuple],
                      deadline: float | None = None, first: bool = False) -> np.ndarray:
@@ -691,9 +794,21 @@ class _FloorCost:
         state, where only the source holds the graph's inputs) also receives what it reads of
         them from the source."""
         devices, comp, mask, needs = tab.flat()
-        order = np.argsort(tab.head, kind="stable")
-        starts = np.flatnonzero(np.r_[True, np.diff(tab.head[order]) != 0])
-        exit_ids = tab.head[order][starts]
+        # per column of ``heads``: the options sorted by exit, where each exit's run starts, its id
+        reducers = []
+        for h in range(tab.heads.shape[1]):
+            rows = np.arange(len(tab.heads)) if h == 0 else np.flatnonzero(tab.heads[:, h] != tab.heads[:, 0])
+            if not len(rows):
+                continue
+            head = tab.heads[rows, h]
+            order = rows[np.argsort(head, kind="stable")]
+            starts = np.flatnonzero(np.r_[True, np.diff(tab.heads[order, h]) != 0])
+            reducers.append((order, starts, tab.heads[order, h][starts]))
+        if len(reducers) == 1:  # the options priced in exit order: one contiguous reduction
+            keep = reducers[0][0]
+            reducers = [(None,) + reducers[0][1:]]
+        else:
+            keep = np.arange(len(tab.heads))
         load_comp = comp  # unweighted: each part's relaxed compute (the threshold filter's)
         weighted = self.objective == "period" and self.weights is not None
         if weighted:
@@ -705,7 +820,6 @@ class _FloorCost:
         # beats part by part) removed about 40 % of them but cost more than it saved (session 9,
         # same bounds: the coarse relaxation of ResNet-101 on 4 AutoDiCE boards 39 s -> 7 s,
         # the full one of VGG-19 there, period, 8.4 s -> 2.8 s)
-        keep = order
         # float32 halves the memory traffic; the floors are lowered by far more than its
         # rounding (SAFE) so they stay lower bounds
         terms = self._terms(lb, pr, tab, read_keys, deadline, first, keep=keep, dtype=np.float32)
@@ -715,12 +829,18 @@ class _FloorCost:
         load32 = load_comp.T.astype(np.float32)[:, None, :]  # (parts, 1, options)
         mask32 = mask.T.astype(np.float32)[:, None, :]
 
-        def least(rr):  # (parts, rows, options) received -> (rows, exits)
+        def least(rr, into):  # (parts, rows, options) received -> the least per exit, into (rows, exits)
             f = self._floor(tab.groups, tab.group[keep], devices, comp32, mask, rr, tf32)
             f = np.broadcast_to(f, (rr.shape[1], len(keep)))
             if self.threshold is not None:
                 f = np.where(self._over(load32, mask32, rr), np.float32(np.inf), f)
-            return np.minimum.reduceat(f, starts, axis=1)
+            if len(reducers) == 1:
+                _, starts, ids = reducers[0]
+                into[:, ids] = np.minimum.reduceat(f, starts, axis=1)
+                return
+            into[:] = np.inf
+            for order, starts, ids in reducers:
+                into[:, ids] = np.minimum(into[:, ids], np.minimum.reduceat(f[:, order], starts, axis=1))
 
         P = max(1, len(read_keys))
         out = np.empty((P, len(tab.exits)))
@@ -731,7 +851,7 @@ class _FloorCost:
             pairs = np.empty((r1.shape[1], r2.shape[1], len(tab.exits)))
             for l2 in range(r2.shape[1]):
                 _check(deadline)
-                pairs[:, l2][:, exit_ids] = least(r1 + r2[:, l2:l2 + 1])
+                least(r1 + r2[:, l2:l2 + 1], pairs[:, l2])
             out[:] = pairs[w1, w2]
         else:
             bufs = None
@@ -767,7 +887,7 @@ class _FloorCost:
                         np.add(rr, base, out=rr)
                 if rr is None:
                     rr = base if base is not None else np.zeros((comp.shape[1], 1, len(keep)), dtype=np.float32)
-                out[lo:hi][:, exit_ids] = least(rr)
+                least(rr, out[lo:hi])
         return out * (1 - SAFE)
 
     def _over(self, load, mask, rr) -> np.ndarray:
@@ -800,7 +920,7 @@ class _FloorCost:
         if self.threshold is not None:  # the options the threshold leaves
             over = ((comp + rr.T) * mask > self.threshold * (1 + SAFE)).any(axis=1)
             f = np.where(over, np.inf, f)
-        cand = np.flatnonzero(tab.head == exit)
+        cand = np.flatnonzero((tab.heads == exit).any(axis=1))
         o = int(cand[int(np.argmin(f[cand]))])
         devs, load = devices[o], (comp[o] + rr[:, o]) * mask[o]
         if self.weighted_compute is not None:  # merged types: the member its weighted compute is least on
@@ -834,8 +954,9 @@ class _FloorCost:
             _check(deadline)
             lids = sorted({lid for key in read_keys for tt, lid in key if tt == t})
             pos = {lid: i for i, lid in enumerate(lids)}
-            regions = {lid: regs for regs, lid in lb.layouts[t].items()}
-            r_t, link = self._received(pr, t, [regions[lid] for lid in lids], needs[t])  # (L, links, G, kmax)
+            keys = {lid: key for key, lid in lb.layouts[t].items()}
+            r_t, link = self._received(pr, t, [keys[lid] for lid in lids], needs[t],  # (L, links, G, kmax)
+                                       t in lb.blocked)
             flat_t = r_t.reshape(len(lids), -1)
             # padding parts read a zero column (instead of a multiplication by the mask)
             src = np.zeros((len(lids), flat_t.shape[1] + 1), dtype=dtype)
@@ -853,13 +974,17 @@ class _FloorCost:
             terms.append((rr, np.zeros(len(read_keys), dtype=np.int64)))
         return terms
 
-    def _received(self, pr: Pricer, t: str, layouts: list[tuple], need: np.ndarray):
+    def _received(self, pr: Pricer, t: str, layouts: list[tuple], need: np.ndarray, blocked: bool = False):
         """(layouts, links, groups, parts) and the link class of each device: a lower bound on
         the seconds a device of that link class (its fastest incoming link, smallest message
         latency) takes to receive what part j of group g reads of ``t`` (``need``: (groups,
         parts, 4) boxes), from each layout, claiming the one region that saves it most and
         receiving the rest. With widened layouts (``widened``), the rest is what it needs
-        minus that region's share (the true regions cover the need), without message latency."""
+        minus that region's share (the true regions cover the need), without message latency.
+        ``blocked``: the layouts are (regions, blocks) pairs (``_received_grouped``)."""
+        if blocked:
+            blocks = [key[1] if key else () for key in layouts]
+            layouts = [key[0] if key else () for key in layouts]
         lat = np.zeros_like(self.lat) if self.widened else self.lat
         pairs, link = np.unique(np.stack([self.inv_bw, lat], axis=1), axis=0, return_inverse=True)
         link = np.asarray(link).reshape(-1)
@@ -876,6 +1001,11 @@ class _FloorCost:
                 own[a, i] = (reg.rows[0], reg.rows[1], reg.chans[0], reg.chans[1])
         unit = pr.unit_bytes(t)
         nbytes = (box_cells(own[:, :, None, None, :], need[None, None]) * unit).astype(float)  # (L, R, G, k)
+        if blocked:
+            labels = np.full((len(layouts), rmax), -1, dtype=np.int64)
+            for a, lab in enumerate(blocks):
+                labels[a, :len(lab)] = lab
+            return self._received_grouped(nbytes, labels)
         if self.widened:
             h, c, _ = tensor_grid(pr.graph, t)
             whole = np.array([0, h, 0, c], dtype=np.int64)
@@ -912,6 +1042,46 @@ class _FloorCost:
             r = rest[:, i][:, None]  # (L, 1, G, k)
             out += r * pairs[None, :, i, None, None] + (r > 0) * pairs[None, :, k + i, None, None]
         return out, link
+
+    def _received_grouped(self, nbytes: np.ndarray, labels: np.ndarray):
+        """``_received`` with link groups, from the layouts' region bytes ``nbytes`` (L, R, G,
+        k) and blocks ``labels`` (L, R; -1 pads). For each choice of the block its own node
+        holds (or none: every label but -1 would do; -1 stands for none), a device claims that
+        block's largest region, receives the block's others over its in-node links and every
+        other region over its links from other nodes, both ranked (largest bytes over the
+        fastest links, as ``_received_ranked``); the least over the choices. A choice no exact
+        state can make (a block larger than the device's node) is priced over ``NO_LINK``."""
+        in_bw, in_lat, out_bw, out_lat = self.grouped
+        R = nbytes.shape[1]
+        w_in, w_out = min(max(R - 1, 1), in_bw.shape[1]), min(R, out_bw.shape[1])
+        rows = np.concatenate([in_bw[:, :w_in], in_lat[:, :w_in], out_bw[:, :w_out], out_lat[:, :w_out]], axis=1)
+        pairs, link = np.unique(rows, axis=0, return_inverse=True)
+        link = np.asarray(link).reshape(-1)
+        p_in_bw, p_in_lat = pairs[:, :w_in], pairs[:, w_in:2 * w_in]
+        p_out_bw, p_out_lat = pairs[:, 2 * w_in:2 * w_in + w_out], pairs[:, 2 * w_in + w_out:]
+
+        # the regions sorted by bytes, largest first, once; a choice's regions keep that order
+        order = np.argsort(-nbytes, axis=1, kind="stable")
+        vals = np.take_along_axis(nbytes, order, axis=1)  # (L, R, G, k)
+        labs = np.take_along_axis(np.broadcast_to(labels[:, :, None, None], nbytes.shape), order, axis=1)
+
+        def over(sel, skip, bw, lat, width):  # the selected regions, ranked -> (L, links, G, k) seconds
+            rank = np.cumsum(sel, axis=1, dtype=np.int8) - np.int8(1 + skip)  # rank among those priced
+            out = np.zeros((nbytes.shape[0], len(pairs)) + nbytes.shape[2:])
+            for i in range(R - skip):
+                r = np.where(sel & (rank == i), vals, 0.0).sum(axis=1)[:, None]  # (L, 1, G, k)
+                if i >= width:  # more senders than the device has links: no exact state
+                    out += r * NO_LINK + (r > 0) * NO_LINK
+                else:
+                    out += r * bw[None, :, i, None, None] + (r > 0) * lat[None, :, i, None, None]
+            return out
+
+        best = None
+        for c in range(-1, int(labels.max(initial=-1)) + 1):
+            mine = labs == c  # the regions of the block its node holds (c = -1: none, only padding)
+            got = over(mine, 1, p_in_bw, p_in_lat, w_in) + over(~mine, 0, p_out_bw, p_out_lat, w_out)
+            best = got if best is None else np.minimum(best, got)
+        return best, link
 
     def _from_source(self, pr: Pricer, t: str, need: np.ndarray) -> np.ndarray:
         """(devices, groups, parts): the seconds device d takes to receive from the source what

@@ -590,8 +590,8 @@ def _after(bounds: LayoutBounds, tab: StageTable, e: int, ci: int | None) -> np.
     reach, bounded by 0)."""
     if ci is None:
         bounds.misses += 1
-        return np.zeros(len(tab.head))
-    return bounds.to_go[e + 1][tab.merged[tab.head, tab.carry_of[ci]]]
+        return np.zeros(len(tab.heads))
+    return bounds.to_go[e + 1][tab.merged[tab.heads, tab.carry_of[ci]]].min(axis=1)
 
 
 def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray, tab: StageTable,

@@ -1,0 +1,197 @@
+"""Link groups in the layout relaxation (``formulations.link_groups``): a layout records which
+of its regions one machine holds, so a device receives from a machine that owns nothing over
+the slow links between machines, not over its board sibling's fast link.
+
+The bounds are checked against brute force (every plan of a random instance scored by the
+evaluator, ``benchmarks/differential.py``) on random instances whose devices sit on boards,
+against the bound without groups (never above it), and arc by arc against the exact best
+completion; the helpers against hand-computed values.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from builders import chain_graph, device, make_instance, residual_graph
+
+from formulations.dp import arc_cost, prefix_suffix, terminal_cost
+from formulations.link_groups import NO_LINK, canonical_labels, grouped_links, node_ids, node_patterns
+from formulations.relaxation import _FloorCost, layout_bounds
+from formulations.stagegraph import build_stage_graph
+from formulations.symmetry import device_types
+from milp_planner.instance import SearchSpace
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import differential as bed  # noqa: E402
+
+from milp_planner.instance.generate import random_spec  # noqa: E402
+
+REL = 1e-9
+
+
+def boards(n_boards=2, fast=400.0, slow=30.0, same=False, search=None, graph=None):
+    """``n_boards`` boards of two devices each (fast inside a board, slow between boards);
+    ``same``: every board alike (their devices interchangeable board by board)."""
+    devs, bw = [], []
+    for b in range(n_boards):
+        speed = 1000 if same else 1000 + 300 * b
+        devs += [replace(device(f"b{b}cpu", speed, "0.01"), node=f"b{b}"),
+                 replace(device(f"b{b}gpu", 3 * speed, "0.005", power=(3, 1, 1)), node=f"b{b}")]
+    n = len(devs)
+    for i in range(n):
+        bw.append([0.0 if i == j else (fast if i // 2 == j // 2 else slow + (0 if same else 3 * ((i + j) % 3)))
+                   for j in range(n)])
+    return make_instance(graph or chain_graph(3), devs, bw=bw, lat=0.02, source=0, sink=0,
+                         search=search or SearchSpace(1, 4, ("equal",), ("rows",)))
+
+
+def without_nodes(inst):
+    return replace(inst, devices=tuple(replace(d, node="") for d in inst.devices))
+
+
+# -- the helpers, by hand ------------------------------------------------------------------
+
+def test_canonical_labels_number_blocks_by_first_appearance():
+    assert canonical_labels(np.array([[7, 7, 3, 5], [2, 4, 4, 2], [1, 1, 1, 1]])).tolist() == [
+        [0, 0, 1, 2], [0, 1, 1, 0], [0, 0, 0, 0]]
+
+
+def test_node_ids_are_none_without_a_shared_node():
+    inst = boards()
+    assert node_ids(inst).tolist() == [0, 0, 1, 1]
+    assert node_ids(without_nodes(inst)) is None
+
+
+def test_node_patterns_list_every_partition_a_real_order_gives():
+    inst = boards(3, same=True)
+    inst = replace(inst, network=replace(inst.network, source=replace(inst.network.source, device=None,
+                                                                         bandwidth_Bps=(1.0,) * 6,
+                                                                         latency_s=(0.0,) * 6),
+                                         sink=replace(inst.network.sink, device=None, bandwidth_Bps=(1.0,) * 6,
+                                                      latency_s=(0.0,) * 6)))
+    types = device_types(inst)
+    orbit = np.asarray(types.orbit)
+    assert len(types.orbits) == 2  # the CPUs, the GPUs: boards interchangeable
+    pats = node_patterns(orbit, node_ids(inst), 2)
+    cpu, gpu = orbit[0], orbit[1]
+    # a CPU and a GPU: on one board or on two; two CPUs: always on two boards
+    assert sorted(map(tuple, pats[(cpu, gpu)].tolist())) == [(0, 0), (0, 1)]
+    assert pats[(cpu, cpu)].tolist() == [[0, 1]]
+    assert node_patterns(orbit, node_ids(inst), 7) is None  # more parts than devices
+
+
+def test_grouped_links_split_a_device_links_by_machine():
+    inst = boards()
+    in_bw, in_lat, out_bw, out_lat = grouped_links(inst, node_ids(inst), 3)
+    assert in_bw[0].tolist() == pytest.approx([1 / 400.0, NO_LINK, NO_LINK])
+    assert out_bw[0].tolist() == pytest.approx([1 / 36.0, 1 / 30.0, NO_LINK])
+    assert in_lat[0].tolist() == pytest.approx([0.02, NO_LINK, NO_LINK])
+
+
+def test_received_grouped_by_hand():
+    """One receiver (device 0, board b0, in-node link 400 B/s, out-node 36 then 30 B/s) reads
+    100 B from each of three regions. Blocks {0, 1}, {2}: it claims one of {0, 1}, gets the other
+    over its board link, the third over the fastest link out: 100/400 + 100/36 + 2 x 0.02.
+    Blocks {0}, {1}, {2}: one claimed, two over the links out: 100/36 + 100/30 + 2 x 0.02."""
+    inst = boards()
+    cost = _FloorCost(inst, "latency", node_ids(inst), 4)
+    nbytes = np.full((2, 3, 1, 1), 100.0)
+    labels = np.array([[0, 0, 1], [0, 1, 2]])
+    got, link = cost._received_grouped(nbytes, labels)
+    d0 = got[:, link[0], 0, 0]
+    assert d0[0] == pytest.approx(100 / 400 + 100 / 36 + 0.04)
+    assert d0[1] == pytest.approx(100 / 36 + 100 / 30 + 0.04)
+
+
+# -- the bounds against brute force ----------------------------------------------------------
+
+def _on_boards(seed: int) -> dict:
+    """A random spec (the differential bed's) with its devices on boards: two per board, a
+    fast link inside a board."""
+    spec = random_spec(seed)
+    rng = random.Random(seed)
+    inst = spec["instance"]
+    devs, bw = inst["devices"], inst["network"]["bandwidth_mbps"]
+    for i, d in enumerate(devs):
+        d["node"] = f"board{i // 2}"
+    for i in range(len(devs)):
+        for j in range(len(devs)):
+            if i != j and i // 2 == j // 2:
+                bw[i][j] = round(rng.uniform(2, 20), 3)
+    inst["search"]["max_parts"] = max(inst["search"]["max_parts"], min(len(devs), 3))
+    spec["name"] = inst["name"] = f"boards-{seed}"
+    return spec
+
+
+def _cases(count: int, start: int):
+    seed = start
+    while count:
+        spec = _on_boards(seed)
+        seed += 1
+        graph = bed.build_graph(spec)
+        inst = bed.build_instance(spec, graph)
+        space = bed.list_space(inst)
+        if bed.plan_count(space, len(graph.layers)) > 3000:
+            continue
+        count -= 1
+        yield seed - 1, inst, bed.score(inst, list(bed.all_plans(space, len(graph.layers))))
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_grouped_bounds_below_brute_force_and_above_the_ungrouped(chunk):
+    """On random instances on boards: the relaxation's bound with link groups is never above
+    the brute-force optimum of latency, energy and period, and never below the bound without
+    groups; with and without the device-type symmetry it is the same."""
+    for seed, inst, table in _cases(6, 31000 + 1000 * chunk):
+        for col, objective in enumerate(("latency", "energy", "period")):
+            opt = float(table[:, col].min())
+            lb = layout_bounds(inst, objective)
+            assert lb.node_of is not None
+            assert lb.lower <= opt * (1 + REL), (seed, objective, lb.lower, opt)
+            plain = layout_bounds(without_nodes(inst), objective)
+            assert plain.lower <= lb.lower * (1 + 1e-6) + 1e-15, (seed, objective, plain.lower, lb.lower)
+            nosym = layout_bounds(inst, objective, symmetry=False)
+            assert nosym.lower == pytest.approx(lb.lower, rel=1e-6), (seed, objective)
+
+
+@pytest.mark.parametrize("same", [False, True])
+@pytest.mark.parametrize("objective", ["latency", "energy"])
+def test_bound_after_each_arc_never_exceeds_the_best_rest(objective, same):
+    """After every arc of the whole space of a residual network on two boards, the bound on
+    what is left is at most the exact best completion (the DP suffix)."""
+    inst = boards(same=same, graph=residual_graph(), search=SearchSpace(2, 3, ("equal",), ("rows", "channels")))
+    bounds = layout_bounds(inst, objective)
+    full = build_stage_graph(inst, objective=objective, bounds=bounds)
+    _, suf = prefix_suffix(full, arc_cost(full, objective), terminal_cost(full, objective))
+    index = {}
+    for key, tab in bounds.tables.items():
+        for oi in range(len(tab.group)):
+            index.setdefault(tab.groups[tab.group[oi]].option(tab.perm[oi]), (tab, oi))
+    checked = 0
+    for a in full.arcs:
+        if a.option not in index:  # a device order the type-level table lists by another order
+            continue
+        tab, oi = index[a.option]
+        after = float(bounds.after(a.option.first, a.option.last, dict(full.nodes[a.tail][1]))[oi])
+        assert after <= suf[a.head] * (1 + REL) + 1e-12
+        checked += 1
+    assert checked and bounds.misses == 0
+
+
+def test_groups_lift_the_bound_where_a_sibling_owns_nothing():
+    """Two boards, a 3-layer chain, four row parts at most: without groups a device gets a
+    neighbour's halo over the 400 B/s board link whoever owns it; with them the bound rises."""
+    inst = boards(search=SearchSpace(1, 4, ("equal",), ("rows",)))
+    grouped = layout_bounds(inst, "latency").lower
+    plain = layout_bounds(without_nodes(inst), "latency").lower
+    assert grouped > plain * 1.001
+    table = bed.score(inst, list(bed.all_plans(bed.list_space(inst), 3)))
+    assert grouped <= float(table[:, 0].min()) * (1 + REL)
