@@ -63,6 +63,7 @@ from milp_planner.cost.evaluator import Pricer, pricer
 from milp_planner.instance import Instance
 from milp_planner.space.cuts import whole_model_time
 
+from formulations.link_groups import node_ids
 from formulations.options import SpaceTooLarge, StageGroup, _layouts
 from formulations.relaxation import (WEIGHT_PASSES, Coarsening, LayoutBounds, _check, _incoming_links,
                                      _layout_bounds, _source_links)
@@ -88,17 +89,20 @@ _MEMO: list = []  # [(key, the objects the key names by id, LayoutBounds)], most
 def coarse_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
                   max_options: int = COARSE_OPTIONS, max_classes: int = COARSE_CLASSES,
                   deadline: float | None = None, symmetry: bool = True,
-                  grid: int | None = COARSE_GRID, weight_passes: int | None = None) -> LayoutBounds:
+                  grid: int | None = COARSE_GRID, weight_passes: int | None = None,
+                  blocks: bool = False) -> LayoutBounds:
     """The coarse relaxation's cost-to-go bounds for ``objective`` (see the module): a
     ``LayoutBounds`` whose ``to_go[0].min()`` is a lower bound on every plan of the space.
 
     Raises ``TimeoutError`` past ``deadline`` (a ``time.perf_counter()`` value) and
     ``SpaceTooLarge`` when one merged type per device count still exceeds ``max_options``.
     ``weight_passes``: for the period, the most weighted passes that raise ``lower`` (default
-    ``relaxation.WEIGHT_PASSES``; 0: the uniform weights only)."""
+    ``relaxation.WEIGHT_PASSES``; 0: the uniform weights only). ``blocks``: with link groups
+    (``Device.node``), the newest tensor's layouts record which regions one node holds
+    (``formulations.link_groups``)."""
     devs = instance.devices
     passes = WEIGHT_PASSES if weight_passes is None else weight_passes
-    key = (objective, max_options, max_classes, grid, symmetry, passes, id(instance.graph), id(instance.network),
+    key = (objective, max_options, max_classes, grid, blocks, symmetry, passes, id(instance.graph), id(instance.network),
            instance.search, instance.dtype_bytes, tuple((d.name, id(d.compute), id(d.power), d.node) for d in devs))
     for i, (k, _, lb) in enumerate(_MEMO):
         if k == key:
@@ -109,12 +113,12 @@ def coarse_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
     types = merged_types(instance, layouts, max_options, symmetry)
     base = device_types(instance, symmetry)
     if types.orbits == base.orbits:
-        coarsening = Coarsening(main_only=True, max_classes=max_classes, types=types, grid=grid)
+        coarsening = Coarsening(main_only=True, max_classes=max_classes, types=types, grid=grid, blocks=blocks)
     else:
         groups = _MergedGroups(instance, pr, layouts, types, deadline)
         coarsening = Coarsening(main_only=True, max_classes=max_classes, types=types, grid=grid,
                                 groups=groups, links=_merged_links(instance, types), time_floor=groups.time_floor,
-                                weighted_compute=groups.weighted_compute)
+                                weighted_compute=groups.weighted_compute, blocks=blocks)
     lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, coarse=coarsening, passes=passes)
     _MEMO.append((key, (instance.graph, instance.network, tuple((d.compute, d.power) for d in devs)), lb))
     del _MEMO[:-2]
@@ -126,17 +130,19 @@ class RefinedCoarse(NamedTuple):
 
     bounds: LayoutBounds  # the pass with the highest ``lower``
     grid: int | None  # its grid (None: the regions as they are)
-    passes: list[dict]  # every pass tried: grid, lower (None: out of time), seconds
+    passes: list[dict]  # every pass tried: grid, blocks, lower (None: out of time), seconds
+    blocks: bool = False  # its layouts record link-group blocks
 
     def info(self) -> dict:
         """For ``PlanResult.info["coarse"]``."""
-        return {"grid": "exact" if self.grid is None else self.grid, "lower": float(self.bounds.lower),
-                "passes": self.passes}
+        return {"grid": "exact" if self.grid is None else self.grid, "blocks": self.blocks,
+                "lower": float(self.bounds.lower), "passes": self.passes}
 
 
 def refined_coarse_bounds(instance: Instance, objective: str, deadline: float | None = None,
                           symmetry: bool = True, refine_by: float | None = None) -> RefinedCoarse:
-    """``coarse_bounds`` with the default grid, then with each grid of ``REFINE_GRIDS`` until
+    """``coarse_bounds`` with the default grid, then (with link groups) the default grid with
+    blocks, then with each grid of ``REFINE_GRIDS`` until
     ``refine_by`` (a ``time.perf_counter()`` value, at most ``deadline``; None: ``deadline``) or
     until one raises the bound, keeping the bounds of the highest ``lower``. Every grid's bound
     is a proof (see the module: widening regions only lowers a receive, and regions as they are
@@ -151,27 +157,28 @@ def refined_coarse_bounds(instance: Instance, objective: str, deadline: float | 
     best = coarse_bounds(instance, objective, deadline=deadline, symmetry=symmetry)
     first_s = time.perf_counter() - t0
     grid: int | None = COARSE_GRID
-    passes = [{"grid": COARSE_GRID, "lower": float(best.lower), "seconds": round(first_s, 3)}]
+    passes = [{"grid": COARSE_GRID, "blocks": False, "lower": float(best.lower), "seconds": round(first_s, 3)}]
     stop = deadline if refine_by is None else (refine_by if deadline is None else min(refine_by, deadline))
-    raised = False
-    for g in REFINE_GRIDS:
+    raised, blocked = False, False
+    steps = [(COARSE_GRID, True)] if node_ids(instance) is not None else []
+    for g, blocks in steps + [(g, False) for g in REFINE_GRIDS]:
         started = time.perf_counter()
         if raised or (stop is not None and stop - started < REFINE_MARGIN * first_s):
             break
         try:
-            lb = coarse_bounds(instance, objective, deadline=stop, symmetry=symmetry, grid=g)
+            lb = coarse_bounds(instance, objective, deadline=stop, symmetry=symmetry, grid=g, blocks=blocks)
         except (TimeoutError, SpaceTooLarge, MemoryBudgetExceeded) as err:
             if isinstance(err, MemoryBudgetExceeded):
                 err.__traceback__ = None  # let the pass's tables go (formulations.budget)
                 release_memory()
-            passes.append({"grid": "exact" if g is None else g, "lower": None,
+            passes.append({"grid": "exact" if g is None else g, "blocks": blocks, "lower": None,
                            "seconds": round(time.perf_counter() - started, 3)})
             break
-        passes.append({"grid": "exact" if g is None else g, "lower": float(lb.lower),
+        passes.append({"grid": "exact" if g is None else g, "blocks": blocks, "lower": float(lb.lower),
                        "seconds": round(time.perf_counter() - started, 3)})
         if lb.lower > best.lower:
-            best, grid, raised = lb, g, True
-    return RefinedCoarse(best, grid, passes)
+            best, grid, blocked, raised = lb, g, blocks, True
+    return RefinedCoarse(best, grid, passes, blocked)
 
 
 def coarse_lower(instance: Instance, objective: str, deadline: float | None = None,

@@ -302,15 +302,14 @@ def _node_patterns(instance: Instance, types: DeviceTypes) -> dict | None:
     return out
 
 
-def _exit_heads(lb: LayoutBounds, grp: StageGroup, last_read: dict[str, int], patterns: dict,
-                exits: dict) -> np.ndarray:
+def _exit_heads(lb: LayoutBounds, grp: StageGroup, tensors: list[str], patterns: dict, exits: dict,
+                widen: Callable | None = None) -> np.ndarray:
     """(options, patterns): the exit ids (in ``exits``, extended in place) of each option of
-    ``grp`` under every partition of its parts into nodes its device order allows (repeated
+    ``grp``, whose exit class holds the layouts of ``tensors`` (each region ``widen(t, region)``
+    if given), under every partition of its parts into nodes its device order allows (repeated
     to the widest). An option at the type level may realise several; its bound after is the
     least over them."""
     k = len(grp.geos)
-    e = grp.last
-    tensors = sorted({t for geo in grp.geos for t in geo.owns if last_read.get(t, -1) > e})
     orbit_of = np.asarray(lb.types.orbit, dtype=np.int64)
     seqs = orbit_of[np.asarray(grp.perms, dtype=np.int64).reshape(-1, k)]
     table = patterns[k]
@@ -324,7 +323,8 @@ def _exit_heads(lb: LayoutBounds, grp: StageGroup, last_read: dict[str, int], pa
             for pat in table[seq]:
                 xi = of_pattern.get(pat)
                 if xi is None:
-                    xc = tuple((t, lb.layout_id(t, [geo.owns[t] for geo in grp.geos if t in geo.owns],
+                    xc = tuple((t, lb.layout_id(t, [geo.owns[t] if widen is None else widen(t, geo.owns[t])
+                                                    for geo in grp.geos if t in geo.owns],
                                                 [pat[j] for j, geo in enumerate(grp.geos) if t in geo.owns]))
                                for t in tensors)
                     xi = of_pattern[pat] = exits.setdefault(xc, len(exits))
@@ -444,6 +444,8 @@ class Coarsening:
     - ``weighted_compute``: (group, device weights) -> (options, parts) weighted compute of the
       merged type orders, each part at its type's least weight x compute over the members
       (weighted period floors), or ``None``: the part's weight x its compute.
+    - ``blocks``: with link groups, the newest tensor's layouts record their blocks
+      (``formulations.link_groups``; its links in and out of a node at its type's least).
     """
 
     main_only: bool = True
@@ -454,6 +456,7 @@ class Coarsening:
     time_floor: Callable | None = None
     grid: int | None = 8
     weighted_compute: Callable | None = None
+    blocks: bool = False  # the newest tensor's layouts record link-group blocks
 
 
 def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_options: int,
@@ -467,12 +470,14 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
     last_read = last_readers(instance.graph)
     types = coarse.types if coarse is not None and coarse.types is not None else device_types(instance, symmetry)
     lb = LayoutBounds(objective, n, _skip=frozenset(g.inputs), types=types, overflow_cap=overflow)
-    patterns = _node_patterns(instance, types) if coarse is None and blocks else None
+    patterns = _node_patterns(instance, types) if blocks and (coarse is None or coarse.blocks) else None
     if patterns is not None:
         lb.node_of = node_ids(instance)
         # a tensor read only by the next layer: a skip's layouts would multiply the classes of
-        # its whole block (pairs of layouts) by the blocks of both
-        lb.blocked = frozenset(layer.output for layer in g.layers if last_read.get(layer.output, -1) == layer.id + 1)
+        # its whole block (pairs of layouts) by the blocks of both (the coarse classes hold
+        # the newest tensor only)
+        lb.blocked = frozenset(layer.output for layer in g.layers
+                               if coarse is not None or last_read.get(layer.output, -1) == layer.id + 1)
     fits_up_to, overflows_from = 0.0, float("inf")  # the caps that filter the same layouts
     lb.classes = [dict() for _ in range(n + 1)]
     lb.classes[0][()] = 0  # the source's state is priced exactly; its class is empty
@@ -484,6 +489,8 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
     if coarse is not None and coarse.links is not None:
         cost.pc, cost.rx, cost.inv_bw, cost.lat, cost.src_inv_bw, cost.src_lat = (
             np.asarray(a, dtype=float) for a in coarse.links)
+        if cost.grouped is not None:  # each device's links in and out of its node, its merged type's least
+            cost.grouped = tuple(_type_least(a, types) for a in cost.grouped)
     collapsed = [False] * (n + 1)  # boundaries whose classes were priced as the empty class
 
     for b in range(n):
@@ -510,8 +517,13 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
             heads, gidx, pidx = [], [], []
             for gi, grp in enumerate(groups):
                 P = len(grp.perms)
-                if patterns is not None:
-                    heads.append(_exit_heads(lb, grp, last_read, patterns, exits))
+                if patterns is not None and main is None:
+                    tensors = sorted({t for geo in grp.geos for t in geo.owns if last_read.get(t, -1) > e})
+                    heads.append(_exit_heads(lb, grp, tensors, patterns, exits))
+                elif patterns is not None:
+                    widen = (lambda t, r: _widen(r, tensor_grid(g, t), coarse.grid)) if coarse.grid else None
+                    heads.append(_exit_heads(lb, grp, [main] if last_read.get(main, -1) > e else [], patterns,
+                                             exits, widen))
                 else:
                     if main is None:
                         xc = exit_class(lb, grp, last_read)
@@ -1005,14 +1017,17 @@ class _FloorCost:
             labels = np.full((len(layouts), rmax), -1, dtype=np.int64)
             for a, lab in enumerate(blocks):
                 labels[a, :len(lab)] = lab
-            return self._received_grouped(nbytes, labels)
         if self.widened:
             h, c, _ = tensor_grid(pr.graph, t)
             whole = np.array([0, h, 0, c], dtype=np.int64)
             needed = (box_cells(need, whole) * unit).astype(float)  # (G, k)
+            if blocked:
+                return self._received_widened_grouped(nbytes, labels, needed)
             rest_b = np.clip(needed[None] - nbytes.max(axis=1), 0, None)[:, None]  # (L, 1, G, k)
             t_recv = rest_b[:, :, None] * pairs[None, None, :, 0, None, None]  # (L, 1, links, G, k)
             return t_recv[:, 0], link
+        if blocked:
+            return self._received_grouped(nbytes, labels)
         if self.ranked and rmax > 2:
             return self._received_ranked(nbytes)
         msgs = (nbytes > 0).astype(float)
@@ -1081,6 +1096,29 @@ class _FloorCost:
             mine = labs == c  # the regions of the block its node holds (c = -1: none, only padding)
             got = over(mine, 1, p_in_bw, p_in_lat, w_in) + over(~mine, 0, p_out_bw, p_out_lat, w_out)
             best = got if best is None else np.minimum(best, got)
+        return best, link
+
+    def _received_widened_grouped(self, share: np.ndarray, labels: np.ndarray, needed: np.ndarray):
+        """``_received`` for widened layouts with blocks: ``share`` (L, R, G, k) the bytes of
+        each widened region a part needs (at least its true region's), ``labels`` (L, R) the
+        blocks, ``needed`` (G, k) what the part needs. For each choice of the block its node
+        holds, the part claims that block's largest share, receives at most the block's other
+        shares over its fastest in-node link and the rest of what it needs over its fastest
+        link from another node; the least over the choices; no message latency."""
+        in_bw, _, out_bw, _ = self.grouped
+        pairs, link = np.unique(np.stack([in_bw[:, 0], out_bw[:, 0]], axis=1), axis=0, return_inverse=True)
+        link = np.asarray(link).reshape(-1)
+        gain = np.minimum(0.0, pairs[:, 0] - pairs[:, 1])[None, :, None, None]  # per byte from inside
+        out = pairs[None, :, 1, None, None]
+        best = needed[None, None] * out  # none of the layout on its node: all of it from outside
+        lab = labels[:, :, None, None]
+        for c in range(int(labels.max(initial=-1)) + 1):
+            mine = np.where(lab == c, share, 0.0)
+            claimed = mine.max(axis=1)
+            rest = np.clip(needed[None] - claimed, 0, None)  # (L, G, k)
+            inside = np.minimum(mine.sum(axis=1) - claimed, rest)
+            got = rest[:, None] * out + inside[:, None] * gain
+            best = np.minimum(best, got)
         return best, link
 
     def _from_source(self, pr: Pricer, t: str, need: np.ndarray) -> np.ndarray:
@@ -1173,6 +1211,14 @@ def _source_links(instance: Instance):
     inv_bw = np.array([0.0 if d == s else 1.0 / net.bandwidth_Bps[s][d] for d in range(n_dev)])
     lat = np.array([0.0 if d == s else float(net.latency_s[s][d]) for d in range(n_dev)])
     return inv_bw, lat
+
+
+def _type_least(a: np.ndarray, types: DeviceTypes) -> np.ndarray:
+    """Per device (rows of ``a``), the least over its (merged) type's members, column by column."""
+    out = np.array(a, dtype=float)
+    for members in types.orbits:
+        out[list(members)] = out[list(members)].min(axis=0)
+    return out
 
 
 def _widen(reg, grid: tuple, cells: int):

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 from builders import chain_graph, device, make_instance, residual_graph
 
-from formulations.dp import arc_cost, prefix_suffix, terminal_cost
+from formulations.coarse import coarse_bounds
+from formulations.dp import arc_cost, prefix_suffix, shortest_path, terminal_cost
 from formulations.link_groups import NO_LINK, canonical_labels, grouped_links, node_ids, node_patterns
 from formulations.relaxation import _FloorCost, layout_bounds
 from formulations.stagegraph import build_stage_graph
@@ -149,7 +150,8 @@ def _cases(count: int, start: int):
 def test_grouped_bounds_below_brute_force_and_above_the_ungrouped(chunk):
     """On random instances on boards: the relaxation's bound with link groups is never above
     the brute-force optimum of latency, energy and period, and never below the bound without
-    groups; with and without the device-type symmetry it is the same."""
+    groups; with and without the device-type symmetry it is the same. The same for the coarse
+    relaxation's blocks, with its regions as they are and widened to a grid."""
     for seed, inst, table in _cases(6, 31000 + 1000 * chunk):
         for col, objective in enumerate(("latency", "energy", "period")):
             opt = float(table[:, col].min())
@@ -160,6 +162,12 @@ def test_grouped_bounds_below_brute_force_and_above_the_ungrouped(chunk):
             assert plain.lower <= lb.lower * (1 + 1e-6) + 1e-15, (seed, objective, plain.lower, lb.lower)
             nosym = layout_bounds(inst, objective, symmetry=False)
             assert nosym.lower == pytest.approx(lb.lower, rel=1e-6), (seed, objective)
+            for grid in (None, 2):  # the coarse relaxation (the newest tensor only, widened regions)
+                coarse = coarse_bounds(inst, objective, grid=grid, blocks=True)
+                assert coarse.node_of is not None
+                assert coarse.lower <= opt * (1 + REL), (seed, objective, grid, coarse.lower, opt)
+                flat = coarse_bounds(inst, objective, grid=grid)
+                assert flat.lower <= coarse.lower * (1 + 1e-6) + 1e-15, (seed, objective, grid)
 
 
 @pytest.mark.parametrize("same", [False, True])
@@ -193,5 +201,19 @@ def test_groups_lift_the_bound_where_a_sibling_owns_nothing():
     grouped = layout_bounds(inst, "latency").lower
     plain = layout_bounds(without_nodes(inst), "latency").lower
     assert grouped > plain * 1.001
-    table = bed.score(inst, list(bed.all_plans(bed.list_space(inst), 3)))
-    assert grouped <= float(table[:, 0].min()) * (1 + REL)
+    _, opt = shortest_path(build_stage_graph(inst), "latency")  # the whole space's optimum
+    assert grouped <= opt * (1 + REL)
+
+
+def test_received_widened_grouped_by_hand():
+    """The coarse relaxation's widened regions: device 0 needs 100 B and three regions hold
+    60, 50 and 30 B of it. Blocks {0, 1}, {2}: it claims 60, gets the other 40 from its board
+    (50 B there) over 400 B/s: 40/400. Blocks {0}, {1}, {2}: it claims 60 and the other 40 come
+    from other boards over its fastest link out (36 B/s). No message latency."""
+    inst = boards()
+    cost = _FloorCost(inst, "latency", node_ids(inst), 4)
+    share = np.array([60.0, 50.0, 30.0])[None, :, None, None].repeat(2, axis=0)
+    got, link = cost._received_widened_grouped(share, np.array([[0, 0, 1], [0, 1, 2]]), np.array([[100.0]]))
+    d0 = got[:, link[0], 0, 0]
+    assert d0[0] == pytest.approx(40 / 400)
+    assert d0[1] == pytest.approx(40 / 36)
