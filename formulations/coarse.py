@@ -39,10 +39,18 @@ stage's floor, so ``to_go[0].min()`` stays a lower bound on every plan of the sp
   compute, the least it receives over its type's least links) is at most its load on whichever
   member the plan uses, so the filter leaves every option a plan of period ``<= T`` takes.
 
+- *Link groups* (``blocks``, ``formulations.link_groups``): the newest tensor's widened layouts
+  record which regions one node holds. A part claims the largest widened share of the block its
+  own node holds (or none), receives at most the block's other shares over its fastest link
+  from inside its node and the rest of what it needs over its fastest link from another node
+  (each its merged type's least); the least over the choices. Widened shares are at least the
+  true ones, so the part's true in-node bytes are at most that sum.
+
 *Refinement* (``refined_coarse_bounds``, latency and energy in the rounds): the grid trades the
 bound for speed, and not monotonically (finer is usually higher, not always: merged types
 depend on the layouts' count). After the default grid the regions as they are, then a grid of
-8, are tried while time allows and until one raises the bound; the highest is kept.
+8, are tried while time allows and until one raises the bound; then, with link groups, the
+grid kept with blocks (about 3x the default pass) in the time left; the highest is kept.
 
 The coarse bounds only bound (``bound_source`` ``coarse``); they do not drive the bounded
 enumeration, whose pruning needs the exact states' classes.
@@ -141,10 +149,10 @@ class RefinedCoarse(NamedTuple):
 
 def refined_coarse_bounds(instance: Instance, objective: str, deadline: float | None = None,
                           symmetry: bool = True, refine_by: float | None = None) -> RefinedCoarse:
-    """``coarse_bounds`` with the default grid, then (with link groups) the default grid with
-    blocks, then with each grid of ``REFINE_GRIDS`` until
+    """``coarse_bounds`` with the default grid, then with each grid of ``REFINE_GRIDS`` until
     ``refine_by`` (a ``time.perf_counter()`` value, at most ``deadline``; None: ``deadline``) or
-    until one raises the bound, keeping the bounds of the highest ``lower``. Every grid's bound
+    until one raises the bound, then (with link groups) the grid kept with blocks in the time
+    left, keeping the bounds of the highest ``lower``. Every grid's bound
     is a proof (see the module: widening regions only lowers a receive, and regions as they are
     need no widening), so the best is too. The first pass raises ``TimeoutError`` past ``deadline``; a refinement pass
     that would not fit (less than ``REFINE_MARGIN`` times the first pass's time left) is not
@@ -160,25 +168,39 @@ def refined_coarse_bounds(instance: Instance, objective: str, deadline: float | 
     passes = [{"grid": COARSE_GRID, "blocks": False, "lower": float(best.lower), "seconds": round(first_s, 3)}]
     stop = deadline if refine_by is None else (refine_by if deadline is None else min(refine_by, deadline))
     raised, blocked = False, False
-    steps = [(COARSE_GRID, True)] if node_ids(instance) is not None else []
-    for g, blocks in steps + [(g, False) for g in REFINE_GRIDS]:
-        started = time.perf_counter()
-        if raised or (stop is not None and stop - started < REFINE_MARGIN * first_s):
+    for g in REFINE_GRIDS:
+        if raised:
             break
-        try:
-            lb = coarse_bounds(instance, objective, deadline=stop, symmetry=symmetry, grid=g, blocks=blocks)
-        except (TimeoutError, SpaceTooLarge, MemoryBudgetExceeded) as err:
-            if isinstance(err, MemoryBudgetExceeded):
-                err.__traceback__ = None  # let the pass's tables go (formulations.budget)
-                release_memory()
-            passes.append({"grid": "exact" if g is None else g, "blocks": blocks, "lower": None,
-                           "seconds": round(time.perf_counter() - started, 3)})
+        lb = _refine(instance, objective, stop, symmetry, g, False, first_s, passes)
+        if lb is None:
             break
-        passes.append({"grid": "exact" if g is None else g, "blocks": blocks, "lower": float(lb.lower),
-                       "seconds": round(time.perf_counter() - started, 3)})
         if lb.lower > best.lower:
-            best, grid, blocked, raised = lb, g, blocks, True
+            best, grid, raised = lb, g, True
+    if node_ids(instance) is not None:  # link groups: the kept grid with blocks, in the time left
+        lb = _refine(instance, objective, stop, symmetry, grid, True, first_s, passes)
+        if lb is not None and lb.lower > best.lower:
+            best, blocked = lb, True
     return RefinedCoarse(best, grid, passes, blocked)
+
+
+def _refine(instance: Instance, objective: str, stop: float | None, symmetry: bool, grid: int | None,
+            blocks: bool, first_s: float, passes: list) -> LayoutBounds | None:
+    """One refinement pass of ``refined_coarse_bounds``, recorded in ``passes``; None when it
+    would not fit before ``stop`` (not recorded) or ran out of time or memory."""
+    started = time.perf_counter()
+    if stop is not None and stop - started < REFINE_MARGIN * first_s:
+        return None
+    lb = None
+    try:
+        lb = coarse_bounds(instance, objective, deadline=stop, symmetry=symmetry, grid=grid, blocks=blocks)
+    except (TimeoutError, SpaceTooLarge, MemoryBudgetExceeded) as err:
+        if isinstance(err, MemoryBudgetExceeded):
+            err.__traceback__ = None  # let the pass's tables go (formulations.budget)
+            release_memory()
+    passes.append({"grid": "exact" if grid is None else grid, "blocks": blocks,
+                   "lower": None if lb is None else float(lb.lower),
+                   "seconds": round(time.perf_counter() - started, 3)})
+    return lb
 
 
 def coarse_lower(instance: Instance, objective: str, deadline: float | None = None,

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from builders import chain_graph, device, make_instance, residual_graph
 
-from formulations.coarse import coarse_bounds
+from formulations.coarse import COARSE_GRID, coarse_bounds, refined_coarse_bounds
 from formulations.dp import arc_cost, prefix_suffix, shortest_path, terminal_cost
 from formulations.link_groups import NO_LINK, canonical_labels, grouped_links, node_ids, node_patterns
 from formulations.relaxation import _FloorCost, layout_bounds
@@ -217,3 +217,18 @@ def test_received_widened_grouped_by_hand():
     d0 = got[:, link[0], 0, 0]
     assert d0[0] == pytest.approx(40 / 400)
     assert d0[1] == pytest.approx(40 / 36)
+
+
+def test_refined_coarse_bounds_try_blocks_first_with_link_groups():
+    """With link groups the refinement's last pass records blocks on the grid kept; on two
+    boards it raises the bound above every pass without; without groups it is not tried."""
+    inst = boards(search=SearchSpace(1, 4, ("equal",), ("rows",)))
+    refined = refined_coarse_bounds(inst, "latency")
+    assert refined.passes[0]["grid"] == COARSE_GRID and not refined.passes[0]["blocks"]
+    assert [p["blocks"] for p in refined.passes].count(True) == 1 and refined.passes[-1]["blocks"]
+    assert refined.blocks and refined.info()["blocks"] is True
+    assert refined.bounds.lower > max(p["lower"] for p in refined.passes[:-1])
+    _, opt = shortest_path(build_stage_graph(inst), "latency")
+    assert refined.bounds.lower <= opt * (1 + REL)
+    plain = refined_coarse_bounds(without_nodes(inst), "latency")
+    assert not any(p["blocks"] for p in plain.passes)
