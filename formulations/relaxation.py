@@ -276,8 +276,9 @@ def _canon_blocks(regions, nodes) -> tuple:
     return tuple(r for r, _ in pairs), labels
 
 
-#: most classes at a boundary with link-group blocks; beyond, the layouts drop their blocks
-#: (inside residual blocks the classes are pairs of layouts, and the blocks multiply both)
+#: most classes at a boundary of the full relaxation with link-group blocks; beyond, the
+#: layouts drop their blocks (inside residual blocks the classes are pairs of layouts, and the
+#: blocks multiply both; the coarse relaxation reads free past its own ``max_classes``)
 MAX_BLOCK_CLASSES = 4096
 
 
@@ -550,7 +551,7 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
                                     for key in _checked(keys, deadline)], dtype=np.int64)
             nxt = lb.classes[e + 1]
             tab.merged = _merge_classes(nxt, tab.exits, list(carries), deadline)
-            if patterns is not None and len(nxt) > MAX_BLOCK_CLASSES:
+            if patterns is not None and coarse is None and len(nxt) > MAX_BLOCK_CLASSES:
                 raise _TooManyBlocks(f"{len(nxt):,} classes with link-group blocks after layer {e} "
                                      f"(more than {MAX_BLOCK_CLASSES:,})")
             tab.read_keys, tab.first, tab.dead = list(read_keys), b == 0, dead

@@ -232,3 +232,18 @@ def test_refined_coarse_bounds_try_blocks_first_with_link_groups():
     assert refined.bounds.lower <= opt * (1 + REL)
     plain = refined_coarse_bounds(without_nodes(inst), "latency")
     assert not any(p["blocks"] for p in plain.passes)
+
+
+def test_too_many_block_classes_fall_back_to_layouts_without_blocks(monkeypatch):
+    """Past ``MAX_BLOCK_CLASSES`` classes at a boundary the full relaxation is built again
+    without blocks and says why; its bound is then the one without groups. The coarse
+    relaxation has its own limit (its reads go free) and never falls back."""
+    import formulations.relaxation as relaxation
+
+    inst = boards(search=SearchSpace(1, 4, ("equal",), ("rows",)))
+    monkeypatch.setattr(relaxation, "MAX_BLOCK_CLASSES", 1)
+    lb = layout_bounds(inst, "energy")
+    assert lb.node_of is None and "classes with link-group blocks" in lb.blocks_off
+    assert lb.lower == pytest.approx(layout_bounds(without_nodes(inst), "energy").lower, rel=1e-12)
+    coarse = coarse_bounds(inst, "energy", blocks=True, grid=None)
+    assert coarse.node_of is not None
