@@ -15,6 +15,12 @@ over classes gives, for every boundary and class, a lower bound on the cost to g
 state). ``formulations.stagegraph.build_stage_graph`` uses it to enumerate only the stage arcs
 of plans that can be no worse than an upper bound.
 
+Link groups (``formulations.link_groups``): when devices share a ``node`` (a board's CPU and
+GPU), a layout of a tensor read by the next layer alone also records which of its regions one
+node holds (its blocks), and a device receives its own node's block over its in-node links and
+the rest over its links from other nodes (``_FloorCost._received_grouped``); a type-level
+option exits to one class per partition of its parts into nodes (``StageTable.heads``).
+
 Carrying the skips is what makes residual networks tractable: a residual Add pays for a skip
 laid out differently from what it reads (ResNet50 on four devices with equal and capacity
 splits: 138.4 ms instead of 131.1 ms, against an optimum of 145.9 ms). A class holds a layout
