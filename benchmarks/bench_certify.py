@@ -438,7 +438,15 @@ def machine() -> dict:
     pkgs = ("milp-planner", "numpy", "pyomo", "highspy", "ortools", "onnx", "scipy")
     return {"cpu": cpu, "cores": os.cpu_count(), "ram_gb": ram_gb, "python": platform.python_version(),
             "packages": {p: _version(p) for p in pkgs}, "commit": git_commit(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": _load()}
+
+
+def _load() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (None where the OS has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -600,6 +608,10 @@ def render(cache: dict[str, Record], meta: dict, out: Path) -> str:
         + f"; Python {mach.get('python', '?')}; "
         + ", ".join(f"{k} {v}" for k, v in pk.items()) + ".",
         f"- Last invocation {mach.get('date', '?')} at commit {mach.get('commit', '?')}: {meta.get('settings', '-')}",
+        "- Load average (1 / 5 / 15 min) at the invocation's start: "
+        + (" / ".join(map(str, mach["load_start"])) if mach.get("load_start") else "not recorded")
+        + "; at its end: " + (" / ".join(map(str, mach["load_end"])) if mach.get("load_end") else "not recorded")
+        + ".",
         "- Rows by the commit they ran at (the cache keeps the newest run of each file, objective and kind): "
         + ", ".join(f"{c or '?'} ({n})" for c, n in sorted(_count(r.commit for r in cache.values()).items())) + ".",
         "- Status: the planner's (`optimal`, `timeout`, `feasible`, `infeasible`, `error`), or the runner's: "
@@ -855,6 +867,8 @@ def main(argv=None) -> int:
         print("stopped; the runs finished so far are in the cache", file=sys.stderr)
         return 130
     pool.shutdown()
+    mach["load_end"] = _load()
+    meta_path.write_text(json.dumps(meta, indent=1))
     render(read_cache(cache_path), meta, out)
     print(f"wrote {out}")
     return 0

@@ -74,7 +74,7 @@ from milp_planner.space.cuts import whole_model_time
 from formulations.link_groups import node_ids
 from formulations.options import SpaceTooLarge, StageGroup, _layouts
 from formulations.relaxation import (WEIGHT_PASSES, Coarsening, LayoutBounds, _check, _incoming_links,
-                                     _layout_bounds, _source_links)
+                                     _layout_bounds, _source_links, _type_least)
 from formulations.symmetry import DeviceTypes, device_types, order_count, type_orders
 
 #: most stage options (part layouts x orders of merged types) per layer range
@@ -284,13 +284,7 @@ def _merged_links(instance: Instance, types: DeviceTypes) -> tuple:
     rx = np.array([float(d.power.rx_w) for d in instance.devices])
     inv_bw, lat = _incoming_links(instance)
     src_inv_bw, src_lat = _source_links(instance)
-    out = []
-    for arr in (pc, rx, inv_bw, lat, src_inv_bw, src_lat):
-        low = arr.copy()
-        for members in types.orbits:
-            low[list(members)] = arr[list(members)].min()
-        out.append(low)
-    return tuple(out)
+    return tuple(_type_least(arr, types) for arr in (pc, rx, inv_bw, lat, src_inv_bw, src_lat))
 
 
 class _MergedGroups:

@@ -520,6 +520,7 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
                 dead = not kept
                 groups = kept or groups
             main = g.layers[e].output if coarse is not None and coarse.main_only else None
+            widen = (lambda t, r: _widen(r, tensor_grid(g, t), coarse.grid)) if main and coarse.grid else None
             exits: dict[tuple, int] = {}
             heads, gidx, pidx = [], [], []
             for gi, grp in enumerate(groups):
@@ -528,7 +529,6 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
                     tensors = sorted({t for geo in grp.geos for t in geo.owns if last_read.get(t, -1) > e})
                     heads.append(_exit_heads(lb, grp, tensors, patterns, exits))
                 elif patterns is not None:
-                    widen = (lambda t, r: _widen(r, tensor_grid(g, t), coarse.grid)) if coarse.grid else None
                     heads.append(_exit_heads(lb, grp, [main] if last_read.get(main, -1) > e else [], patterns,
                                              exits, widen))
                 else:
@@ -536,8 +536,8 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
                         xc = exit_class(lb, grp, last_read)
                     elif last_read.get(main, -1) > e:
                         regs = [geo.owns[main] for geo in grp.geos if main in geo.owns]
-                        if coarse.grid:
-                            regs = [_widen(r, tensor_grid(g, main), coarse.grid) for r in regs]
+                        if widen is not None:
+                            regs = [widen(main, r) for r in regs]
                         xc = ((main, lb.layout_id(main, regs)),)
                     else:
                         xc = ()

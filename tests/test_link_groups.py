@@ -10,7 +10,6 @@ completion; the helpers against hand-computed values.
 
 from __future__ import annotations
 
-import copy
 import random
 import sys
 from dataclasses import replace
@@ -22,7 +21,13 @@ from builders import chain_graph, device, make_instance, residual_graph
 
 from formulations.coarse import COARSE_GRID, coarse_bounds, refined_coarse_bounds
 from formulations.dp import arc_cost, prefix_suffix, shortest_path, terminal_cost
-from formulations.link_groups import NO_LINK, canonical_labels, grouped_links, node_ids, node_patterns
+from formulations.link_groups import (
+    NO_LINK,
+    canonical_labels,
+    grouped_links,
+    node_ids,
+    node_patterns,
+)
 from formulations.relaxation import _FloorCost, layout_bounds
 from formulations.stagegraph import build_stage_graph
 from formulations.symmetry import device_types
@@ -31,9 +36,9 @@ from milp_planner.instance import SearchSpace
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import differential as bed  # noqa: E402
+import differential as bed
 
-from milp_planner.instance.generate import random_spec  # noqa: E402
+from milp_planner.instance.generate import random_spec
 
 REL = 1e-9
 
@@ -91,7 +96,7 @@ def test_node_patterns_list_every_partition_a_real_order_gives():
 
 def test_grouped_links_split_a_device_links_by_machine():
     inst = boards()
-    in_bw, in_lat, out_bw, out_lat = grouped_links(inst, node_ids(inst), 3)
+    in_bw, in_lat, out_bw, _ = grouped_links(inst, node_ids(inst), 3)
     assert in_bw[0].tolist() == pytest.approx([1 / 400.0, NO_LINK, NO_LINK])
     assert out_bw[0].tolist() == pytest.approx([1 / 36.0, 1 / 30.0, NO_LINK])
     assert in_lat[0].tolist() == pytest.approx([0.02, NO_LINK, NO_LINK])
@@ -180,7 +185,7 @@ def test_bound_after_each_arc_never_exceeds_the_best_rest(objective, same):
     full = build_stage_graph(inst, objective=objective, bounds=bounds)
     _, suf = prefix_suffix(full, arc_cost(full, objective), terminal_cost(full, objective))
     index = {}
-    for key, tab in bounds.tables.items():
+    for tab in bounds.tables.values():
         for oi in range(len(tab.group)):
             index.setdefault(tab.groups[tab.group[oi]].option(tab.perm[oi]), (tab, oi))
     checked = 0
@@ -238,7 +243,7 @@ def test_too_many_block_classes_fall_back_to_layouts_without_blocks(monkeypatch)
     """Past ``MAX_BLOCK_CLASSES`` classes at a boundary the full relaxation is built again
     without blocks and says why; its bound is then the one without groups. The coarse
     relaxation has its own limit (its reads go free) and never falls back."""
-    import formulations.relaxation as relaxation
+    from formulations import relaxation
 
     inst = boards(search=SearchSpace(1, 4, ("equal",), ("rows",)))
     monkeypatch.setattr(relaxation, "MAX_BLOCK_CLASSES", 1)
