@@ -274,7 +274,11 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
     expander = Expander(types, "none" if types.trivial else reduction)
     exact = _ExactFloors(instance, pr, objective, types)
     canonical = expander.reduction == "canonical"
-    capf = _CapFloors.of(instance, pr) if drop_overflow and not canonical else None
+    # a plan of period (peak memory) at most ``slack`` loads (fills) no device beyond it: the
+    # objective's own bound is a cap, and its per-device labels prune what the mean floor keeps
+    own_cap = slack if bounded and objective in SELF_CAPPED else None
+    capf = None if canonical else _CapFloors.of(instance, pr, caps=drop_overflow, objective=objective,
+                                                own_cap=own_cap)
     if capf is not None and capf.load:
         exact.loads = True
     sums: list = []  # per node: labels of its prefixes' floor and capped sums (``_CapFloors``)
@@ -343,7 +347,7 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                 surv = interned.id(tuple(item for item in state if last_read.get(item[0], -1) > e))
                 need = slack - gs  # the options whose floor with what is left fits
                 near = nears.get(e)
-                if near is None or need > near.thr:
+                if near is None or need > near.thr or (capf is not None and capf.load and near.loads is None):
                     if ci == -1:
                         key = bounds.state_class(owners)
                         ci = None if key is None else bounds.classes[b].get(key)
@@ -384,6 +388,9 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                         outside = min(outside, float(cost[over].min()))
                     sel = np.flatnonzero(fits.any(axis=1))
                     capf.pruned += k - len(sel)
+                    if own_cap is not None and not capfit.all():
+                        # left out by the objective's own cap: those plans exceed ``slack``
+                        outside = min(outside, slack)
                     step = np.column_stack([near.floor[sel], adds[sel]])
                     rows = [here[fits[i]] + step[j] for j, i in enumerate(sel.tolist())]
                 src_sel = near.src[sel]
@@ -775,6 +782,8 @@ class _ExactFloors:
 
 
 LABELS = 16  # most labels a node keeps (``_CapFloors``)
+#: objectives whose bound caps every device's own sum (``_CapFloors``)
+SELF_CAPPED = ("period", "memory")
 
 
 def memory_ceiling(instance: Instance, pr: Pricer) -> int:
@@ -830,10 +839,17 @@ class _CapFloors:
         self.pruned = 0  # arcs left out
 
     @staticmethod
-    def of(instance: Instance, pr: Pricer) -> "_CapFloors | None":
+    def of(instance: Instance, pr: Pricer, caps: bool = True, objective: str | None = None,
+           own_cap: float | None = None) -> "_CapFloors | None":
+        """The instance's caps (``caps``), each tightened by ``own_cap`` when the objective
+        (period: every device's load; memory: every device's memory) is bounded by it."""
         c = instance.constraints
-        load_cap = None if c.period_s is None else float(c.period_s)
-        mem = [d.memory_bytes for d in instance.devices] if c.memory else None
+        load_cap = None if c.period_s is None or not caps else float(c.period_s)
+        mem = [d.memory_bytes for d in instance.devices] if c.memory and caps else None
+        if own_cap is not None and objective == "period":
+            load_cap = own_cap if load_cap is None else min(load_cap, own_cap)
+        elif own_cap is not None and objective == "memory":
+            mem = [own_cap if m is None else min(m, own_cap) for m in (mem or [None] * len(instance.devices))]
         if mem is not None and all(m is None or m >= memory_ceiling(instance, pr) for m in mem):
             mem = None  # no plan can reach the caps (VGG-19's 8 GB boards)
         if load_cap is None and mem is None:

@@ -1,6 +1,6 @@
 """The enumeration's per-device cap floors (``formulations.stagegraph._CapFloors``): under a
-period or memory cap the stage graph leaves out the arcs whose least per-device load / weights
-already break it. Checked against every plan of the tiny instances: the graph's plans within the
+period or memory cap (or the period / memory objective's own upper bound) the stage graph
+leaves out the arcs whose least per-device load / weights already break it. Checked against every plan of the tiny instances: the graph's plans within the
 caps have exactly the cost vectors of the space's plans within them; and a deliberately wrong
 prune (the cap tightened by 1 %, a floor over-counted by 1 %) is caught by the same check."""
 
@@ -80,8 +80,8 @@ def test_the_floors_prune_and_a_wrong_prune_is_caught(monkeypatch):
 
     real = stagegraph._CapFloors.of
 
-    def tightened(instance, pr):  # the cap tightened by 1 %
-        capf = real(instance, pr)
+    def tightened(instance, pr, **kw):  # the cap tightened by 1 %
+        capf = real(instance, pr, **kw)
         if capf is not None:
             capf.limit = capf.limit * 0.99
         return capf
@@ -98,3 +98,57 @@ def test_the_floors_prune_and_a_wrong_prune_is_caught(monkeypatch):
 
     monkeypatch.setattr(stagegraph._CapFloors, "steps", over_counted)
     assert _mismatches()[0] > 0
+
+
+def _own_bound_check(case: str, objective: str, upper: float) -> tuple[bool, int]:
+    """(the graph of ``objective`` within ``upper`` holds exactly the space's plans within it and
+    its ``outside`` bounds every plan it left out, options its own cap left out)."""
+    inst = CASES[case]()
+    value = QUANTITIES[objective]
+    slack = upper * (1 + 1e-9) + 1e-12
+    sg = build_stage_graph(inst, objective=objective, upper=upper, drop_overflow=True)
+    graph = [evaluate(sg.plan_from_arcs(path), inst) for path, _, _ in all_paths(sg, objective)]
+    got = {_key(m) for m in graph if m.feasible and value(m) <= slack}
+    space = all_metrics(case)
+    expected = {_key(m) for m in space if value(m) <= slack}
+    left_out = [value(m) for m in space if _key(m) not in {_key(m) for m in graph}]
+    outside_ok = all(v >= sg.outside * (1 - 1e-9) for v in left_out)
+    return got == expected and outside_ok, sg.cap_pruned
+
+
+@pytest.mark.parametrize("objective", list(QUANTITIES))
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_objectives_own_bound_caps_every_device(case, objective):
+    """Period and memory are maxima over the devices: a plan within the round's bound loads (fills)
+    no device beyond it, so the bound is a per-device cap of the enumeration (``SELF_CAPPED``).
+    The graph keeps every plan within it, and what it leaves out is at least ``sg.outside``."""
+    vals = sorted({QUANTITIES[objective](m) for m in all_metrics(case)})
+    for upper in sorted({vals[0], vals[len(vals) // 8], vals[len(vals) // 4], vals[len(vals) // 2]}):
+        ok, _ = _own_bound_check(case, objective, upper)
+        assert ok, (case, objective, upper)
+
+
+@pytest.mark.slow
+def test_the_own_bound_prunes_and_a_wrong_one_is_caught(monkeypatch):
+    """The own cap does leave options out on the tiny cases, and the same check catches it
+    tightened by 5 % (plans within the bound lost) or not counted in ``outside``."""
+    def run():
+        bad = pruned = 0
+        for case in CASES:
+            for objective in QUANTITIES:
+                vals = sorted({QUANTITIES[objective](m) for m in all_metrics(case)})
+                for upper in sorted({vals[0], vals[len(vals) // 8], vals[len(vals) // 4]}):
+                    ok, n = _own_bound_check(case, objective, upper)
+                    bad += not ok
+                    pruned += n
+        return bad, pruned
+
+    bad, pruned = run()
+    assert bad == 0 and pruned > 0
+    real = stagegraph._CapFloors.of
+
+    def tightened(instance, pr, own_cap=None, **kw):
+        return real(instance, pr, own_cap=None if own_cap is None else own_cap * 0.95, **kw)
+
+    monkeypatch.setattr(stagegraph._CapFloors, "of", staticmethod(tightened))
+    assert run()[0] > 0
