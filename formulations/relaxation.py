@@ -218,6 +218,9 @@ class LayoutBounds:
     overflow_range: tuple[float, float] = (0.0, float("inf"))
     lower: float = 0.0  # a lower bound on the objective of every plan (see ``weighted period floors``)
     weights: np.ndarray | None = None  # period: the device weights of ``lower`` (None: uniform)
+    # period: ``to_go`` under ``weights`` (per boundary, per class; empty with uniform weights):
+    # a bound on ``sum_d w_d x`` the suffix's load on d, ``w`` normalised to sum 1
+    weighted_to_go: list = field(default_factory=list)
     passes: list = field(default_factory=list)  # period: a ``WeightPass`` per weighted pass
     _skip: frozenset = frozenset()
     _cost: object = None  # the floors' pricing (weighted passes after the build)
@@ -735,7 +738,7 @@ def _weighted_period(lb: LayoutBounds, instance: Instance, cost: "_FloorCost", p
             break
         w = _orbit_mean(orbits, best[0] * np.exp(step * loads / top))
     if best is not None and best[1] > lb.lower:
-        lb.lower, lb.weights = best[1], best[0]
+        lb.lower, lb.weights, lb.weighted_to_go = best[1], best[0], best[2]
 
 
 def _orbit_mean(orbits, w: np.ndarray) -> np.ndarray:

@@ -281,6 +281,7 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                                                 own_cap=own_cap)
     if capf is not None and capf.load:
         exact.loads = True
+    weighted = _WeightedCap.of(bounds, own_cap) if capf is not None and objective == "period" else None
     sums: list = []  # per node: labels of its prefixes' floor and capped sums (``_CapFloors``)
 
     memo = {} if memo is None else memo
@@ -381,6 +382,11 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                     adds, needs = capf.steps(near, tab, k)
                     capfit = ((here[None, :, 1:] + (adds + needs)[:, None, :])
                               <= capf.limit).all(axis=2)  # (options, labels)
+                    if weighted is not None:  # period: the weighted load of prefix, option and rest
+                        if ci == -1:
+                            key = bounds.state_class(owners)
+                            ci = None if key is None else bounds.classes[b].get(key)
+                        capfit &= weighted.fit(here, adds, near.src[:k], bounds, tab, e, ci)
                     cost = here[None, :, 0] + near.vals[:k, None]
                     fits = capfit & (cost <= slack)
                     over = capfit & ~fits
@@ -914,6 +920,43 @@ class _CapFloors:
             np.add.at(adds, (rows, self.mem_at + devs), W[group])
             np.maximum.at(needs, (rows, self.mem_at + devs), N[group])
         return adds, needs
+
+
+class _WeightedCap:
+    """The period's own bound ``T`` through the relaxation's device weights ``w`` (normalised to
+    sum 1; ``relaxation``, weighted period floors). A plan of period at most ``T`` loads every
+    device at most ``T``, so ``sum_d w_d (prefix_d + option_d + rest_d) <= T``; the weighted
+    bound on the rest from the option's head class (``LayoutBounds.weighted_to_go``) is at most
+    ``sum_d w_d rest_d``, and a label's loads are at most the prefix's. An option with no label
+    meeting that is taken by no plan of period at most ``T``."""
+
+    def __init__(self, w: np.ndarray, to_go: list, limit: float):
+        self.w, self.to_go, self.limit = w, to_go, limit
+        self.after: dict = {}  # (id(table), class) -> (table, weighted bound after each option)
+
+    @staticmethod
+    def of(bounds: LayoutBounds, own_cap: float | None) -> "_WeightedCap | None":
+        if own_cap is None or bounds.weights is None or not bounds.weighted_to_go:
+            return None
+        w = np.clip(np.asarray(bounds.weights, dtype=float), 0.0, None)
+        return _WeightedCap(w / w.sum(), bounds.weighted_to_go, cap_limit(own_cap))
+
+    def fit(self, here: np.ndarray, adds: np.ndarray, src: np.ndarray, bounds: LayoutBounds,
+            tab: StageTable, e: int, ci: int | None) -> np.ndarray:
+        """(options, labels): whether each option (``adds``: its per-device loads first) meets
+        the weighted bound from each label (``here``: floor, then per-device loads)."""
+        n = len(self.w)
+        if ci is None:  # a class the relaxation did not reach: the rest bounded by 0
+            rest = np.zeros(len(src))
+        else:
+            hit = self.after.get((id(tab), ci))
+            if hit is None or hit[0] is not tab:
+                hit = self.after[(id(tab), ci)] = (
+                    tab, self.to_go[e + 1][tab.merged[tab.heads, tab.carry_of[ci]]].min(axis=1))
+            rest = hit[1][src]
+        prefix = here[:, 1:1 + n] @ self.w  # (labels,)
+        step = adds[:, :n] @ self.w + rest  # (options,)
+        return (prefix[None, :] + step[:, None]) * (1 - 1e-9) <= self.limit
 
 
 def _arc(pr: Pricer, opt: StageOption, geos, comp, weights, computed, owners) -> Arc:
