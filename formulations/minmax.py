@@ -869,6 +869,8 @@ def _probe_meet(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadl
 
 GROWTH = 3.0  # a probe aims at this many times the labels of the last that found nothing
 RACE_LABELS = 1000  # the first probe that keeps this many labels is run from the other end too
+CEILING_REACHED = 1e-3  # relative: the probes below a ceiling this close to it try it again
+CEILING_RETRIES = 3  # most times a ceiling is tried again
 
 
 def _next_threshold(first: float, lo: float, top: float, refuted: list[tuple[float, int]],
@@ -962,6 +964,7 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
     # chain kept growing past the 4 GB budget); the race below switches when the other way keeps fewer
     meet, raced = False, False
     ceiling = math.inf  # a threshold whose probe outgrew its share of the time left
+    ceiling_retries = 0
     while True:
         growth, cap = GROWTH, max_labels
         if deadline is not None and refuted and per_label > 0:
@@ -971,6 +974,15 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
             growth = min(GROWTH, max(1.25, fits / max(1, refuted[-1][1])))
             cap = min(max_labels, max(1000, int(fits)))
         T = _next_threshold(first, lo, top, refuted, growth)
+        if math.isfinite(ceiling) and ceiling - lo <= CEILING_REACHED * ceiling:
+            # the bisection below a probe that outgrew its cap has reached it; that cap came from
+            # the probes before it (a probe of 27 labels, its time all overhead, gave 1,000 on
+            # edge-3dev): try the ceiling again with what the latest probe's rate allows, a few
+            # times (before, the thresholds crept up to it until the deadline)
+            if ceiling_retries >= CEILING_RETRIES:
+                return MinMaxResult(inc_arcs, inc_value, min(lo, top), False, stopped=True, labels=labels,
+                                    probes=probes)
+            ceiling, ceiling_retries = math.inf, ceiling_retries + 1
         if math.isfinite(ceiling):
             T = min(T, lo + (ceiling - lo) / 2)
         probes += 1

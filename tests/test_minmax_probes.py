@@ -4,6 +4,7 @@
 completion of the partial plan it bounds."""
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -119,3 +120,32 @@ def test_screened_dominance_equals_the_plain_test():
         dropped = np.setdiff1d(np.arange(n), got)
         for j in dropped[:300]:
             assert (kept <= X[j]).all(axis=1).any()
+
+
+@pytest.mark.parametrize("case", ["chain-4dev", "residual-3dev-shared", "tiny-fc-2dev"])
+def test_a_ceiling_reached_is_tried_again(case, monkeypatch):
+    """A probe that outgrows its label cap sets a ceiling the next thresholds bisect below; once
+    they reach it, it is tried again. On edge-3dev a cap of 1,000 labels (set from a probe of 27)
+    stopped a probe below the optimum, and the thresholds crept up to it until the deadline.
+    Here the first exact probe fails the same way: the search still certifies the optimum
+    (before: stopped at the deadline below it); with every probe failing it stops with a
+    proven interval instead of looping."""
+    sg = build_stage_graph(CASES[case]())
+    opt = _brute(case, "period", CASES[case]).value
+    real = mm._probe
+    failed: list = []
+
+    def flaky(sg_, prob, T, cap, deadline, beam=None, **kw):
+        if beam is None and (always or not failed):
+            failed.append(T)
+            raise mm.LabelBudget()
+        return real(sg_, prob, T, cap, deadline, beam=beam, **kw)
+
+    monkeypatch.setattr(mm, "_probe", flaky)
+    always = False
+    res = mm.minmax_search(sg, "period", lower=0.0, deadline=time.perf_counter() + 10)
+    assert failed and failed[0] < opt  # (the case holds what it is meant to)
+    assert res.optimal and res.value == pytest.approx(opt, rel=1e-9)
+    always, failed = True, []
+    res = mm.minmax_search(sg, "period", lower=0.0, deadline=None)
+    assert res.stopped and not res.optimal and res.lower <= opt * (1 + 1e-9)
