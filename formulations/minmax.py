@@ -32,7 +32,9 @@ aims each at a few times the labels of the last): an empty probe proves its thre
 bound, the first probe with a plan gives the optimum. The first probe with many labels is run
 from both ends and from the source, and the direction that keeps fewer labels runs the rest.
 A deadline stops it with the proven interval ``[lower, incumbent]``; a probe past the label
-budget is retried at a smaller threshold while time is left.
+budget is retried at a smaller threshold while time is left; once the thresholds below it
+reach it, it is tried again with the cap the latest probe's rate allows (at most
+``CEILING_RETRIES`` times).
 
 >>> from formulations.minmax import minmax_search                  # doctest: +SKIP
 >>> res = minmax_search(sg, "period")                              # doctest: +SKIP
