@@ -11,9 +11,7 @@ completion; the helpers against hand-computed values.
 from __future__ import annotations
 
 import random
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,10 +31,7 @@ from formulations.stagegraph import build_stage_graph
 from formulations.symmetry import device_types
 from milp_planner.instance import SearchSpace
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import differential as bed
+from bed_cases import small_cases
 
 from milp_planner.instance.generate import random_spec
 
@@ -138,17 +133,7 @@ def _on_boards(seed: int) -> dict:
 
 
 def _cases(count: int, start: int):
-    seed = start
-    while count:
-        spec = _on_boards(seed)
-        seed += 1
-        graph = bed.build_graph(spec)
-        inst = bed.build_instance(spec, graph)
-        space = bed.list_space(inst)
-        if bed.plan_count(space, len(graph.layers)) > 3000:
-            continue
-        count -= 1
-        yield seed - 1, inst, bed.score(inst, list(bed.all_plans(space, len(graph.layers))))
+    return small_cases(_on_boards, count, start)
 
 
 @pytest.mark.parametrize("chunk", range(4))

@@ -11,9 +11,6 @@ by the same check."""
 
 from __future__ import annotations
 
-import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,10 +21,7 @@ from formulations.stagegraph import build_stage_graph
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.instance.generate import random_spec
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import differential as bed  # noqa: E402
+from bed_cases import ROOT, small_cases
 
 REL = 1e-9
 
@@ -37,21 +31,22 @@ def _key(row) -> tuple:
 
 
 def _cases(count: int, start: int):
-    """(seed, instance, brute-force table) of random instances with at most 3,000 plans, no caps,
-    whose relaxation found device weights other than the uniform ones."""
-    seed = start
-    while count:
-        spec = random_spec(seed)
-        seed += 1
-        graph = bed.build_graph(spec)
-        inst = bed.build_instance(spec, graph)
-        space = bed.list_space(inst)
-        if bed.plan_count(space, len(graph.layers)) > 3000:
-            continue
-        if layout_bounds(inst, "period").weights is None:
-            continue
-        count -= 1
-        yield seed - 1, inst, bed.score(inst, list(bed.all_plans(space, len(graph.layers))))
+    """Random instances with at most 3,000 plans, no caps, whose relaxation found device weights
+    other than the uniform ones."""
+    return small_cases(random_spec, count, start, keep=lambda inst: layout_bounds(inst, "period").weights is not None)
+
+
+def _tighten(monkeypatch, factor: float) -> None:
+    """Every weighted cap multiplied by ``factor`` (a wrong prune the checks must catch)."""
+    real = stagegraph._WeightedCap.of
+
+    def tightened(bounds, own_cap):
+        cap = real(bounds, own_cap)
+        if cap is not None:
+            cap.limit *= factor
+        return cap
+
+    monkeypatch.setattr(stagegraph._WeightedCap, "of", staticmethod(tightened))
 
 
 def _check(inst, table: np.ndarray, upper: float) -> tuple[bool, int]:
@@ -94,15 +89,7 @@ def test_a_much_tighter_weighted_cap_is_caught(monkeypatch):
     """On these small random instances the weighted bound after an arc is loose (their
     relaxations' bounds are 25-50 % below the optimum), so only a cap tightened by 30 % loses
     plans here; the slow test below catches 2 % on a real instance."""
-    real = stagegraph._WeightedCap.of
-
-    def tightened(bounds, own_cap):
-        cap = real(bounds, own_cap)
-        if cap is not None:
-            cap.limit *= 0.7
-        return cap
-
-    monkeypatch.setattr(stagegraph._WeightedCap, "of", staticmethod(tightened))
+    _tighten(monkeypatch, 0.7)
     caught = sum(not _check(inst, table, upper)[0] for _, inst, table in _cases(5, 61000)
                  for upper in _thresholds(table))
     assert caught > 0
@@ -125,13 +112,5 @@ def test_the_weighted_cap_keeps_a_real_optimum_and_a_tighter_one_loses_it(monkey
     leaves 4,594 arcs (316,458 with the per-device caps alone), and the optimum is among them;
     with the cap tightened by 2 % it is not."""
     assert _best_within(DISTREDGE_DA_PERIOD * (1 + 1e-7)) == pytest.approx(DISTREDGE_DA_PERIOD, rel=1e-9)
-    real = stagegraph._WeightedCap.of
-
-    def tightened(bounds, own_cap):
-        cap = real(bounds, own_cap)
-        if cap is not None:
-            cap.limit *= 0.98
-        return cap
-
-    monkeypatch.setattr(stagegraph._WeightedCap, "of", staticmethod(tightened))
+    _tighten(monkeypatch, 0.98)
     assert _best_within(DISTREDGE_DA_PERIOD * (1 + 1e-7)) > DISTREDGE_DA_PERIOD * (1 + 1e-6)
