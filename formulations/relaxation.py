@@ -266,7 +266,13 @@ class LayoutBounds:
         if ci is None:  # cannot happen for a state the enumeration reached; 0 is always safe
             self.misses += 1
             return np.zeros(len(t.heads))
-        return self.to_go[last + 1][t.merged[t.heads, t.carry_of[ci]]].min(axis=1)
+        return rest_after(self.to_go, t, last, ci)
+
+
+def rest_after(to_go: list, tab: StageTable, last: int, ci: int) -> np.ndarray:
+    """Per option of ``tab`` (ending at ``last``) taken from a state of class ``ci``: the least
+    of ``to_go`` (``LayoutBounds.to_go`` or a weighted one) over the classes it may exit to."""
+    return to_go[last + 1][tab.merged[tab.heads, tab.carry_of[ci]]].min(axis=1)
 
 
 def _canon(regions) -> tuple:

@@ -39,7 +39,7 @@ from milp_planner.space.plan import Plan
 from formulations.budget import check_memory
 from formulations.dominance import undominated
 from formulations.options import SpaceTooLarge, StageOption, stage_options
-from formulations.relaxation import CHECK_EVERY, LayoutBounds, StageTable, box_cells, layout_bounds
+from formulations.relaxation import CHECK_EVERY, LayoutBounds, StageTable, box_cells, layout_bounds, rest_after
 from formulations.symmetry import REDUCTIONS, Expander, trivial_types
 
 if TYPE_CHECKING:
@@ -350,8 +350,7 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                 near = nears.get(e)
                 if near is None or need > near.thr or (capf is not None and capf.load and near.loads is None):
                     if ci == -1:
-                        key = bounds.state_class(owners)
-                        ci = None if key is None else bounds.classes[b].get(key)
+                        ci = _class_of(bounds, b, owners)
                     if ci is not None and bounded:
                         # the relaxation's least floor plus bound after over the whole stage: when
                         # it exceeds ``need`` by 1 % of the bound no option of the stage fits, nor
@@ -384,8 +383,7 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
                               <= capf.limit).all(axis=2)  # (options, labels)
                     if weighted is not None:  # period: the weighted load of prefix, option and rest
                         if ci == -1:
-                            key = bounds.state_class(owners)
-                            ci = None if key is None else bounds.classes[b].get(key)
+                            ci = _class_of(bounds, b, owners)
                         capfit &= weighted.fit(here, adds, near.src[:k], bounds, tab, e, ci)
                     cost = here[None, :, 0] + near.vals[:k, None]
                     fits = capfit & (cost <= slack)
@@ -576,6 +574,12 @@ def _prune_backward(nodes, arcs, floors, source, terminals, objective, n_dev, sl
     return new_nodes, new_arcs, remap[source], new_terms, cut
 
 
+def _class_of(bounds: LayoutBounds, b: int, owners: dict) -> int | None:
+    """The relaxation's class at boundary ``b`` of the exact state ``owners`` (None: not reached)."""
+    key = bounds.state_class(owners)
+    return None if key is None else bounds.classes[b].get(key)
+
+
 def _stage_bound(bounds: LayoutBounds, tab: StageTable, e: int, ci: int) -> float:
     """A lower bound on floor plus bound after of every option of stage ``tab`` (ending at
     ``e``) from any state of class ``ci``: the relaxation's least floor per exit from the
@@ -604,7 +608,7 @@ def _after(bounds: LayoutBounds, tab: StageTable, e: int, ci: int | None) -> np.
     if ci is None:
         bounds.misses += 1
         return np.zeros(len(tab.heads))
-    return bounds.to_go[e + 1][tab.merged[tab.heads, tab.carry_of[ci]]].min(axis=1)
+    return rest_after(bounds.to_go, tab, e, ci)
 
 
 def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray, tab: StageTable,
@@ -951,8 +955,7 @@ class _WeightedCap:
         else:
             hit = self.after.get((id(tab), ci))
             if hit is None or hit[0] is not tab:
-                hit = self.after[(id(tab), ci)] = (
-                    tab, self.to_go[e + 1][tab.merged[tab.heads, tab.carry_of[ci]]].min(axis=1))
+                hit = self.after[(id(tab), ci)] = (tab, rest_after(self.to_go, tab, e, ci))
             rest = hit[1][src]
         prefix = here[:, 1:1 + n] @ self.w  # (labels,)
         step = adds[:, :n] @ self.w + rest  # (options,)
