@@ -237,3 +237,26 @@ def test_too_many_block_classes_fall_back_to_layouts_without_blocks(monkeypatch)
     assert lb.lower == pytest.approx(layout_bounds(without_nodes(inst), "energy").lower, rel=1e-12)
     coarse = coarse_bounds(inst, "energy", blocks=True, grid=None)
     assert coarse.node_of is not None
+
+
+def test_solves_with_the_coarse_blocks_beside_the_full_relaxation_match_brute_force(monkeypatch):
+    """With the full relaxation forced to leave blocks out (``MAX_BLOCK_CLASSES`` = 1), a latency
+    solve proves the coarse relaxation's bound with blocks beside it (``rounds._blocked_lower``):
+    on random instances on boards the bound never exceeds the brute-force optimum, the plan is
+    that optimum, and the pass is in ``info``."""
+    from formulations import relaxation
+    from milp_planner.planners import get_planner
+
+    monkeypatch.setattr(relaxation, "MAX_BLOCK_CLASSES", 1)
+    ran = 0
+    for seed, inst, table in _cases(6, 37000):
+        opt = float(table[:, 0].min())
+        for anytime in (False, True):  # (with a start, a bound above it would prove it optimal)
+            res = get_planner("dp", anytime=anytime).solve(inst, objective="latency")
+            assert res.status == "optimal" and res.value == pytest.approx(opt, rel=1e-9), (seed, res.value, opt)
+            assert res.bound <= opt * (1 + REL), (seed, res.bound, opt)
+            coarse = res.info.get("coarse")
+            if coarse is not None:
+                assert coarse["lower"] <= opt * (1 + REL) and coarse["passes"][0]["blocks"], seed
+                ran += 1
+    assert ran, "no case ran the coarse pass beside the full relaxation"

@@ -72,6 +72,11 @@ def _rounds_source(info: dict) -> str:
     return "coarse" if info.get("relaxation") == "coarse" else "rounds"
 
 
+def _coarse_bound(err: SearchStopped) -> bool:
+    """Whether the bound of rounds stopped before any plan is the coarse relaxation's."""
+    return isinstance(err, CoarseOnly) or getattr(err, "lower_source", "") == "coarse"
+
+
 def _proofs(ex: Exploration, info: dict) -> list[Proof]:
     """What the rounds proved: their bound over the whole space (``certified`` when the best
     plan of their graph is no worse than anything left outside it)."""
@@ -187,7 +192,7 @@ class ExactPlanner(Planner):
         info = {}
         if isinstance(err, MemoryStop) or getattr(err, "memory", False):
             info["stopped_by"] = "memory budget"
-        if isinstance(err, CoarseOnly):
+        if _coarse_bound(err):
             info["relaxation"] = "coarse"
         proofs = [] if err.lower is None else [Proof(err.lower, _rounds_source(info))]
         if single.plan is not None and single.metrics is not None and single.metrics.feasible \
@@ -261,7 +266,7 @@ class ExactPlanner(Planner):
                 info = {"anytime": start.info(), "plan_from": f"anytime start ({start.start.baseline})"}
                 if isinstance(err, MemoryStop) or getattr(err, "memory", False):
                     info["stopped_by"] = "memory budget"
-                if isinstance(err, CoarseOnly):
+                if _coarse_bound(err):
                     info["relaxation"] = "coarse"
                 if getattr(err, "threshold", None):
                     info["threshold"] = err.threshold
