@@ -301,23 +301,6 @@ class _TooManyBlocks(Exception):
     """The layouts with blocks make too many classes (``MAX_BLOCK_CLASSES``)."""
 
 
-#: ``forecast``: a relaxation past ``FORECAST_AT`` of its time (from its start to the deadline)
-#: with fewer than ``FORECAST_DONE`` of its boundaries done is given up at once (the later
-#: boundaries hold more live tensors, so they rarely go faster). On DenseNet-121 on AutoDiCE's
-#: boards the full relaxation did 10 of 189 boundaries in 60 s; given up, its time goes to
-#: the coarse relaxation instead of running out.
-FORECAST_AT = 0.5
-FORECAST_DONE = 0.1
-
-
-class RelaxationOverrun(TimeoutError):
-    """The relaxation was forecast to run out of its time (``FORECAST_AT``, ``FORECAST_DONE``)."""
-
-    def __init__(self, done: int, n: int, elapsed: float, budget: float):
-        super().__init__(f"forecast to run out of its time: {done} of {n} boundaries in {elapsed:.1f} s of "
-                         f"its {budget:.1f} s")
-
-
 def _node_patterns(instance: Instance, types: DeviceTypes) -> dict | None:
     """Per number of parts, ``link_groups.node_patterns`` of the instance; None without link
     groups, or when some number of parts has too many device orders to list them (the
@@ -413,7 +396,7 @@ def part_need(grp: StageGroup, pr: Pricer | None = None) -> int:
 def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
                   max_options: int = 200_000, deadline: float | None = None,
                   symmetry: bool = True, drop_overflow: bool = False,
-                  weight_passes: int | None = None, forecast: bool = False) -> LayoutBounds:
+                  weight_passes: int | None = None) -> LayoutBounds:
     """The relaxation's classes and cost-to-go bounds for ``objective``.
 
     With ``symmetry`` the tables list one device order per sequence of device types
@@ -421,8 +404,6 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
     one stage has more than ``max_options`` options and ``TimeoutError`` past ``deadline`` (a
     ``time.perf_counter()`` value). ``weight_passes``: for the period, the most weighted passes
     that raise ``LayoutBounds.lower`` (default ``WEIGHT_PASSES``; 0: the uniform weights only).
-    ``forecast``: raise ``RelaxationOverrun`` (a ``TimeoutError``) as soon as the tables are
-    forecast to miss ``deadline`` (``FORECAST_AT``), not only once they miss it.
 
     The bounds depend on the graph, the devices' cost models and power, the network and the
     search space, not on the caps: the last two are remembered, so the ε-steps of a Pareto
@@ -447,11 +428,10 @@ def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
             _MEMO.append(_MEMO.pop(i))
             return lb
     try:
-        lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, overflow=cap, passes=passes,
-                            forecast=forecast)
+        lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, overflow=cap, passes=passes)
     except _TooManyBlocks as why:  # the layouts without blocks (the bound of every instance without groups)
         lb = _layout_bounds(instance, objective, pr, max_options, deadline, symmetry, overflow=cap, passes=passes,
-                            blocks=False, forecast=forecast)
+                            blocks=False)
         lb.blocks_off = str(why)
     # the objects named by id stay referenced, so their ids are not reused while remembered
     _MEMO.append((key, (instance.graph, instance.network, tuple((d.compute, d.power) for d in devs)), lb))
@@ -497,8 +477,7 @@ class Coarsening:
 
 def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_options: int,
                    deadline: float | None, symmetry: bool, coarse: Coarsening | None = None,
-                   overflow: float | None = None, passes: int = 0, blocks: bool = True,
-                   forecast: bool = False) -> LayoutBounds:
+                   overflow: float | None = None, passes: int = 0, blocks: bool = True) -> LayoutBounds:
     t0 = time.perf_counter()
     pr = pr or pricer(instance)
     g = instance.graph
@@ -530,20 +509,13 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
             cost.grouped = tuple(_type_least(a, types) for a in cost.grouped)
     collapsed = [False] * (n + 1)  # boundaries whose classes were priced as the empty class
 
-    def on_time(b: int) -> None:  # the deadline, and the forecast while few boundaries are done
-        _check(deadline)
-        if forecast and deadline is not None and b < FORECAST_DONE * n:
-            elapsed = time.perf_counter() - t0
-            if elapsed > FORECAST_AT * (deadline - t0):
-                raise RelaxationOverrun(b, n, elapsed, deadline - t0)
-
     for b in range(n):
         keys = list(lb.classes[b])
         if coarse is not None and len(keys) > coarse.max_classes:
             collapsed[b] = True  # every class at b bounded by the empty one: reads free
             keys = [()]
         for e in range(b, min(n, b + fl)):
-            on_time(b)
+            _check(deadline)
             if coarse is not None and coarse.groups is not None:
                 groups = coarse.groups(b, e)
             else:
@@ -598,7 +570,6 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
                 raise _TooManyBlocks(f"{len(nxt):,} classes with link-group blocks after layer {e} "
                                      f"(more than {MAX_BLOCK_CLASSES:,})")
             tab.read_keys, tab.first, tab.dead = list(read_keys), b == 0, dead
-            on_time(b)
             tab.best = _table_floors(cost, lb, pr, tab, deadline, coarse is not None)
             lb.tables[(b, e)] = tab
 

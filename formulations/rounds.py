@@ -33,7 +33,7 @@ from formulations.budget import MemoryBudgetExceeded, release_memory
 from formulations.caps import Fixing
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, loose
 from formulations.drivers import solve_dp
-from formulations.relaxation import RelaxationOverrun, layout_bounds
+from formulations.relaxation import layout_bounds
 from formulations.stagegraph import SpaceTooLarge, StageGraph, build_stage_graph
 from formulations.symmetry import reduction_for
 from formulations.warmstart import WarmStart
@@ -474,10 +474,8 @@ def _full_bounds(instance, obj, deadline, settings):
     if settings.relaxation == "auto" and deadline is not None:
         left = max(0.0, deadline - time.perf_counter())
         own = time.perf_counter() + min(left, (left + max(0.0, settings.relaxation_credit)) / 2)
-    # the rounds' graphs leave out arcs that overflow a memory cap; under ``auto`` a relaxation
-    # forecast to run out gives its time to the coarse one at once
     return layout_bounds(instance, obj, deadline=own, max_options=settings.max_options, symmetry=settings.symmetry,
-                         drop_overflow=True, forecast=settings.relaxation == "auto")
+                         drop_overflow=True)  # the rounds' graphs leave out arcs that overflow a memory cap
 
 
 def _blocked_lower(instance: Instance, obj: str, deadline: float | None, settings: RoundSettings, bounds,
@@ -519,8 +517,7 @@ def _coarse_only(instance, obj, deadline, settings, incumbent, st: _State, why: 
     if settings.relaxation == "coarse":
         reason = "relaxation=coarse"
     else:
-        reason = ("its share of the time ran out" if isinstance(why, TimeoutError)
-                  and not isinstance(why, RelaxationOverrun) else str(why))
+        reason = "its share of the time ran out" if isinstance(why, TimeoutError) else str(why)
     if isinstance(why, MemoryBudgetExceeded):
         # the full relaxation's tables are garbage once the traceback lets go of its frames;
         # the resident memory the budget measures drops only when the heap is trimmed too
