@@ -443,7 +443,14 @@ def reading(out: dict) -> list[str]:
         "(`launches`): before this run, the 1-rank MobileNetV2 folder launched three times measured "
         "3.15, 3.42 and 4.63 ms (medians of 21 runs each) and the same plan on 2 ranks 2.76, 3.05 and "
         "3.36 ms. On this VM a row of a few milliseconds carries that much noise, so each row keeps "
-        "the launch of median latency.",
+        "the launch of median latency. It is the host's, not the launch's nor the scheduler's: on "
+        "2026-11-28 (at 6e217ff, nothing else running) the 1-rank MobileNetV2 plan (17 stages) "
+        "measured 2.78 ms run 30 times in one process, 2.74 to 4.59 ms as 8 fresh processes without "
+        "MPI, 2.57 to 4.67 ms over 45 MPI launches of 21 runs; 12 launches each with and without each "
+        "rank bound to a core (`mpiexec -bind-to core`), alternated, measured 2.77-4.58 and "
+        "2.62-4.30 ms; one launch of 101 runs stayed at 3.8-4.4 ms throughout, three of 201 runs "
+        "measured 2.95, 3.10 and 3.61 ms. So within 15 % "
+        "cannot be told on this VM for the small models; the VGG-like rows (tens of ms) can.",
     ]
 
 
