@@ -20,6 +20,13 @@ Pareto fronts, and checks:
 - ``milp-planner solve`` on the command line with its default baselines: never an internal
   error, the certificate always printed.
 
+Beside the generator's own boards (two devices of one machine, in about 15 % of the cases with
+three devices or more), a share of the cases (``--boards``, default ``BOARDS_SHARE``; drawn per
+seed) puts every device on a board: two devices per ``node`` with a fast link between them
+(AutoDiCE's and HiDP's boards), so that the link-group relaxations (``formulations.link_groups``)
+meet several boards; those cases are named ``boards-SEED`` (``--boards 0`` gives the seeds of
+the runs before session 41).
+
     python benchmarks/differential.py --seed 0 --count 3000 --workers 2 \\
         --out benchmarks/results/differential.md --save-failures tests/differential_corpus
 
@@ -275,15 +282,38 @@ def _caps(rng: random.Random, spec: dict, inst, table: np.ndarray) -> dict:
     return with_caps(spec, memory, **caps) if memory or caps else spec
 
 
-def make_case(seed: int, spec: dict | None = None) -> Case:
+BOARDS_SHARE = 0.25  # the share of the seeds whose devices are put on boards (``on_boards``)
+
+
+def on_boards(spec: dict, rng: random.Random) -> dict:
+    """``spec`` with its devices on boards: devices 2i and 2i+1 share the node ``board{i}`` and a
+    link of 2-20 times their other links' typical speed (at least 2 parts allowed when there
+    are 3 devices or more, so that a stage can use two boards)."""
+    inst = spec["instance"]
+    devs, bw = inst["devices"], inst["network"]["bandwidth_mbps"]
+    for i, d in enumerate(devs):
+        d["node"] = f"board{i // 2}"
+    for i in range(len(devs)):
+        for j in range(len(devs)):
+            if i != j and i // 2 == j // 2:
+                bw[i][j] = round(rng.uniform(2, 20), 3)
+    inst["search"]["max_parts"] = max(inst["search"]["max_parts"], min(len(devs), 3))
+    return spec
+
+
+def make_case(seed: int, spec: dict | None = None, boards: float = BOARDS_SHARE) -> Case:
     """The case of ``seed`` (a spec resampled until its space has at most ``MAX_PLANS`` plans,
-    then capped), or of a given ``spec`` (the corpus)."""
+    its devices on boards for a share ``boards`` of the seeds, then capped), or of a given
+    ``spec`` (the corpus)."""
     given = spec is not None
     attempt = 0
+    on = not given and random.Random(f"boards:{seed}").random() < boards
     while True:
         if spec is None:
             spec = random_spec(seed * 1000 + attempt)
-            spec["name"] = f"random-{seed}" + (f"-{attempt}" if attempt else "")
+            if on:
+                spec = on_boards(spec, random.Random(seed * 1000 + attempt))
+            spec["name"] = f"{'boards' if on else 'random'}-{seed}" + (f"-{attempt}" if attempt else "")
             spec["instance"]["name"] = spec["name"]
         graph = build_graph(spec)
         inst = build_instance(spec, graph)
@@ -533,12 +563,13 @@ def check_cli(case: Case, tally: Tally, rng: random.Random, folder: Path) -> Non
             tally.findings.append(Finding(case.name, "cli", what, f"baseline {b['planner']}: {b['message']}"))
 
 
-def run_case(seed: int | None = None, spec: dict | None = None, *, fronts: bool = True, cli: bool = True) -> Tally:
+def run_case(seed: int | None = None, spec: dict | None = None, *, fronts: bool = True, cli: bool = True,
+             boards: float = BOARDS_SHARE) -> Tally:
     """Every check on one case (``seed``, or a corpus ``spec``)."""
     started = time.perf_counter()
     tally = Tally(cases=1)
     try:
-        case = make_case(seed if seed is not None else 0, spec)
+        case = make_case(seed if seed is not None else 0, spec, boards)
     except Exception as err:  # noqa: BLE001
         name = spec["name"] if spec else f"random-{seed}"
         tally.findings.append(Finding(name, "setup", "make_case", f"raised {type(err).__name__}: {err}\n"
@@ -546,6 +577,8 @@ def run_case(seed: int | None = None, spec: dict | None = None, *, fronts: bool 
         return tally
     tally.plans = len(case.plans)
     tally.checked["plan spaces listed from the docs and by stage_options, compared"] += 1
+    if case.name.startswith("boards-"):
+        tally.checked["cases with their devices on boards (link groups)"] += 1
     if case.space_mismatch:
         tally.findings.append(Finding(case.name, "space", "stage_options", case.space_mismatch))
     rng = random.Random(f"{case.name}:checks")
@@ -566,22 +599,23 @@ def run_case(seed: int | None = None, spec: dict | None = None, *, fronts: bool 
     return tally
 
 
-def _worker(seed: int) -> Tally:
-    return run_case(seed)
+def _worker(job: tuple[int, float]) -> Tally:
+    seed, boards = job
+    return run_case(seed, boards=boards)
 
 
-def run(seeds, workers: int = 1, progress=None) -> Tally:
+def run(seeds, workers: int = 1, progress=None, boards: float = BOARDS_SHARE) -> Tally:
     total = Tally()
     if workers <= 1:
         for s in seeds:
-            total.add(run_case(s))
+            total.add(run_case(s, boards=boards))
             if progress:
                 progress(total)
         return total
     import multiprocessing as mp
 
     with mp.get_context("spawn").Pool(workers, maxtasksperchild=50) as pool:
-        for t in pool.imap_unordered(_worker, seeds):
+        for t in pool.imap_unordered(_worker, [(s, boards) for s in seeds]):
             total.add(t)
             if progress:
                 progress(total)
@@ -629,7 +663,7 @@ def render(tally: Tally, args) -> str:
         *([f"**Partial: {tally.cases} of {args.count} cases so far** (the tally is rewritten as the run goes).", ""]
           if not args.corpus and tally.cases < args.count else []),
         f"Command: `python benchmarks/differential.py --seed {args.seed} --count {args.count} "
-        f"--workers {args.workers}`  ",
+        f"--workers {args.workers} --boards {args.boards:g}`  ",
         f"Commit {_commit()}, {_machine()}, load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}, "
         f"{tally.seconds / max(1, args.workers) / 60:.1f} min of wall time per worker.",
         "",
@@ -666,6 +700,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="write the Markdown tally here")
     p.add_argument("--save-failures", metavar="DIR", help="write the spec of every failing case here")
     p.add_argument("--corpus", metavar="DIR", help="run the specs of DIR instead of seeds")
+    p.add_argument("--boards", type=float, default=BOARDS_SHARE,
+                   help=f"share of the seeds with their devices on boards (link groups; default {BOARDS_SHARE})")
     args = p.parse_args(argv)
     started = time.perf_counter()
 
@@ -690,7 +726,7 @@ def main(argv=None) -> int:
             tally.add(run_case(spec=load_spec(path)))
             progress(tally)
     else:
-        tally = run(range(args.seed, args.seed + args.count), args.workers, progress)
+        tally = run(range(args.seed, args.seed + args.count), args.workers, progress, args.boards)
     print(file=sys.stderr)
     text = render(tally, args)
     if args.out:

@@ -43,7 +43,20 @@ def test_quick_cases(seed):
     """The planners alone (no front, no command line) on a few cases: the mutation gate's check."""
     import random
 
-    case = bed.make_case(seed)
+    case = bed.make_case(seed, boards=0)  # (the cases the comment above describes)
+    tally = bed.Tally()
+    bed.check_planners(case, tally, random.Random(seed))
+    assert not tally.findings, _report(tally)
+
+
+@pytest.mark.parametrize("seed", (12, 78))
+def test_quick_cases_on_boards(seed):
+    """The same seeds with their devices on boards (link groups): the planners still match
+    brute force."""
+    import random
+
+    case = bed.make_case(seed, boards=1)
+    assert case.name.startswith("boards-") and {d.node for d in case.inst.devices} >= {"board0"}
     tally = bed.Tally()
     bed.check_planners(case, tally, random.Random(seed))
     assert not tally.findings, _report(tally)
@@ -51,7 +64,7 @@ def test_quick_cases(seed):
 
 @pytest.mark.parametrize("seed", (1, 2, 5))
 def test_quick_fronts(seed):
-    case = bed.make_case(seed)
+    case = bed.make_case(seed, boards=0)
     tally = bed.Tally()
     bed.check_front(case, tally, ["latency", "energy"])
     bed.check_front(case, tally, ["energy", "memory", "period"])

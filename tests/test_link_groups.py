@@ -31,7 +31,7 @@ from formulations.stagegraph import build_stage_graph
 from formulations.symmetry import device_types
 from milp_planner.instance import SearchSpace
 
-from bed_cases import small_cases
+from bed_cases import bed, small_cases
 
 from milp_planner.instance.generate import random_spec
 
@@ -116,19 +116,9 @@ def test_received_grouped_by_hand():
 
 def _on_boards(seed: int) -> dict:
     """A random spec (the differential bed's) with its devices on boards: two per board, a
-    fast link inside a board."""
-    spec = random_spec(seed)
-    rng = random.Random(seed)
-    inst = spec["instance"]
-    devs, bw = inst["devices"], inst["network"]["bandwidth_mbps"]
-    for i, d in enumerate(devs):
-        d["node"] = f"board{i // 2}"
-    for i in range(len(devs)):
-        for j in range(len(devs)):
-            if i != j and i // 2 == j // 2:
-                bw[i][j] = round(rng.uniform(2, 20), 3)
-    inst["search"]["max_parts"] = max(inst["search"]["max_parts"], min(len(devs), 3))
-    spec["name"] = inst["name"] = f"boards-{seed}"
+    fast link inside a board (``differential.on_boards``)."""
+    spec = bed.on_boards(random_spec(seed), random.Random(seed))
+    spec["name"] = spec["instance"]["name"] = f"boards-{seed}"
     return spec
 
 
