@@ -48,9 +48,11 @@ def _instance():
                          search=SearchSpace(2, 2, ("equal",), ("rows",)))
 
 
-def run(monkeypatch, script, incumbent=None, objective="latency", time_limit=None, settings=None):
-    """The rounds over ``script``: one Graph or exception per round, in order."""
-    monkeypatch.setattr(rounds, "_full_bounds", lambda *a, **k: SimpleNamespace(lower=1.0))
+def run(monkeypatch, script, incumbent=None, objective="latency", time_limit=None, settings=None, full=None):
+    """The rounds over ``script``: one Graph or exception per round, in order; ``full``: the
+    full relaxation (default: bound 1.0)."""
+    full = SimpleNamespace(lower=1.0) if full is None else full
+    monkeypatch.setattr(rounds, "_full_bounds", lambda *a, **k: full)
     monkeypatch.setattr(rounds, "_floor", lambda *a, **k: 0.0)
     monkeypatch.setattr(rounds, "_flow_to_go", lambda *a, **k: None)
     steps = list(script)
@@ -352,8 +354,9 @@ def test_period_rounds_never_retry_a_bound_that_overflowed(monkeypatch):
 # -- the coarse relaxation with link-group blocks beside a full relaxation without them -----
 
 def _blocks_beside(monkeypatch, coarse, blocks_off="9,594 classes with link-group blocks after layer 2"):
-    """The full relaxation (bound 1.0) left blocks out (``blocks_off``) on an instance with link
-    groups; ``coarse`` stands for the coarse relaxation with blocks (a bound, or an exception)."""
+    """The full relaxation (bound 1.0, returned) left blocks out (``blocks_off``) on an instance
+    with link groups; ``coarse`` stands for the coarse relaxation with blocks (a bound, or an
+    exception). Returns the pass's calls and the full relaxation."""
     import formulations.coarse
     import formulations.link_groups
 
@@ -367,38 +370,16 @@ def _blocks_beside(monkeypatch, coarse, blocks_off="9,594 classes with link-grou
 
     monkeypatch.setattr(formulations.coarse, "coarse_bounds", coarse_bounds)
     monkeypatch.setattr(formulations.link_groups, "node_ids", lambda inst: [0, 1])
-    monkeypatch.setattr(rounds, "_full_bounds", lambda *a, **k: SimpleNamespace(lower=1.0, blocks_off=blocks_off))
-    return calls
-
-
-def _explore(monkeypatch, script, objective="latency"):
-    monkeypatch.setattr(rounds, "_floor", lambda *a, **k: 0.0)
-    monkeypatch.setattr(rounds, "_flow_to_go", lambda *a, **k: None)
-    monkeypatch.setattr(rounds, "_threshold", lambda *a, **k: None)
-    steps, built = list(script), []
-
-    def build_graph(instance, **kw):
-        built.append(kw.get("upper"))
-        step = steps.pop(0)
-        if isinstance(step, BaseException):
-            raise step
-        return step
-
-    def warm_start(sg, objective, deadline, prior):
-        return SimpleNamespace(fixing=None, empty=sg.solve is None, capped_exact=False)
-
-    ctx = SimpleNamespace(objective=objective, time_limit=None, started=time.perf_counter(), report=lambda **k: None)
-    return explore(_instance(), ctx, lambda sg, c, ws: sg.solve, warm_start, RoundSettings(), None,
-                   build_graph=build_graph), built
+    return calls, SimpleNamespace(lower=1.0, blocks_off=blocks_off)
 
 
 def test_the_coarse_bound_with_blocks_is_proven_beside_a_full_relaxation_without(monkeypatch):
     """Latency: the coarse relaxation with blocks (1.5) beats the full one without (1.0). The
     rounds start from it, and a time-out before any plan reports it as the coarse relaxation's,
     with the pass in ``coarse``."""
-    calls = _blocks_beside(monkeypatch, 1.5)
+    calls, full = _blocks_beside(monkeypatch, 1.5)
     with pytest.raises(SpaceTimeout) as err:
-        _explore(monkeypatch, [TimeoutError()])
+        run(monkeypatch, [TimeoutError()], full=full)
     assert calls and calls[0]["blocks"] is True and calls[0]["grid"] is None
     assert err.value.lower == 1.5 and err.value.lower_source == "coarse"
     assert err.value.coarse["lower"] == 1.5 and err.value.coarse["passes"][0]["blocks"] is True
@@ -407,33 +388,33 @@ def test_the_coarse_bound_with_blocks_is_proven_beside_a_full_relaxation_without
 def test_a_round_that_proves_more_than_the_coarse_bound_is_the_source(monkeypatch):
     """The first round (from the coarse bound 1.5) finds no plan and proves 1.8: the bound is the
     rounds' own; the next round certifies a plan of 1.9."""
-    _blocks_beside(monkeypatch, 1.5)
-    ex, built = _explore(monkeypatch, [Graph(1.8), Graph(2.5, optimal(1.9))])
-    assert built[0] == pytest.approx(1.5 * (1 + RoundSettings().delta))
+    _, full = _blocks_beside(monkeypatch, 1.5)
+    ex = run(monkeypatch, [Graph(1.8), Graph(2.5, optimal(1.9))], full=full)
+    assert ex.built[0] == pytest.approx(1.5 * (1 + RoundSettings().delta))
     assert ex.certified and ex.found.value == 1.9 and ex.coarse["lower"] == 1.5
 
 
 def test_a_coarse_bound_with_blocks_below_the_full_one_is_not_the_source(monkeypatch):
     """The coarse relaxation with blocks proves less (0.8) than the full one (1.0): the full
     relaxation's bound stands and is not called the coarse one's."""
-    _blocks_beside(monkeypatch, 0.8)
+    _, full = _blocks_beside(monkeypatch, 0.8)
     with pytest.raises(SpaceTimeout) as err:
-        _explore(monkeypatch, [TimeoutError()])
+        run(monkeypatch, [TimeoutError()], full=full)
     assert err.value.lower == 1.0 and err.value.lower_source == ""
 
 
 @pytest.mark.parametrize("stop", [TimeoutError(), SpaceTooLarge("too many"), MemoryBudgetExceeded(10**10, 10**9)])
 def test_a_coarse_pass_that_stops_proves_nothing_and_says_so(monkeypatch, stop):
-    _blocks_beside(monkeypatch, stop)
+    _, full = _blocks_beside(monkeypatch, stop)
     with pytest.raises(SpaceTimeout) as err:
-        _explore(monkeypatch, [TimeoutError()])
+        run(monkeypatch, [TimeoutError()], full=full)
     assert err.value.lower == 1.0 and err.value.lower_source == ""
     assert err.value.coarse["lower"] is None and err.value.coarse["blocks"] is False
 
 
 @pytest.mark.parametrize("objective, blocks_off", [("latency", ""), ("energy", "too many"), ("period", "too many")])
 def test_the_coarse_pass_runs_only_for_latency_without_blocks(monkeypatch, objective, blocks_off):
-    calls = _blocks_beside(monkeypatch, 1.5, blocks_off=blocks_off)
+    calls, full = _blocks_beside(monkeypatch, 1.5, blocks_off=blocks_off)
     with pytest.raises(SpaceTimeout) as err:
-        _explore(monkeypatch, [TimeoutError()], objective=objective)
+        run(monkeypatch, [TimeoutError()], objective=objective, full=full)
     assert not calls and err.value.lower == 1.0
