@@ -171,22 +171,24 @@ def refined_coarse_bounds(instance: Instance, objective: str, deadline: float | 
     for g in REFINE_GRIDS:
         if raised:
             break
-        lb = _refine(instance, objective, stop, symmetry, g, False, first_s, passes)
+        lb = coarse_pass(instance, objective, stop, symmetry, g, False, first_s, passes)
         if lb is None:
             break
         if lb.lower > best.lower:
             best, grid, raised = lb, g, True
     if node_ids(instance) is not None:  # link groups: the kept grid with blocks, in the time left
-        lb = _refine(instance, objective, stop, symmetry, grid, True, first_s, passes)
+        lb = coarse_pass(instance, objective, stop, symmetry, grid, True, first_s, passes)
         if lb is not None and lb.lower > best.lower:
             best, blocked = lb, True
     return RefinedCoarse(best, grid, passes, blocked)
 
 
-def _refine(instance: Instance, objective: str, stop: float | None, symmetry: bool, grid: int | None,
-            blocks: bool, first_s: float, passes: list) -> LayoutBounds | None:
-    """One refinement pass of ``refined_coarse_bounds``, recorded in ``passes``; None when it
-    would not fit before ``stop`` (not recorded) or ran out of time or memory."""
+def coarse_pass(instance: Instance, objective: str, stop: float | None, symmetry: bool, grid: int | None,
+                blocks: bool, first_s: float, passes: list) -> LayoutBounds | None:
+    """One pass of the coarse relaxation (a refinement of ``refined_coarse_bounds``, or the
+    pass with blocks of ``rounds._blocked_lower``), recorded in ``passes``; None when it would
+    not fit before ``stop`` (less than ``REFINE_MARGIN * first_s`` left; not recorded) or ran
+    out of time, size or memory."""
     started = time.perf_counter()
     if stop is not None and stop - started < REFINE_MARGIN * first_s:
         return None
