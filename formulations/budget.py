@@ -1,7 +1,7 @@
 """The memory budget of an exact solve: the process's resident memory, checked cheaply in the
 hot loops (stage-graph enumeration, relaxation, label search).
 
-``with memory_budget(4e9):`` makes ``check_memory()`` raise ``MemoryBudgetExceeded`` once the
+``with memory_budget(2e9):`` makes ``check_memory()`` raise ``MemoryBudgetExceeded`` once the
 resident set size (RSS, read from ``/proc/self/statm``, or ``resource`` where there is no
 /proc) exceeds ``STOP_SHARE`` (90 %) of the budget, so that what a step allocates before the
 next check stays within it. The check reads the RSS at most once
@@ -19,7 +19,7 @@ import re
 import time
 from contextlib import contextmanager
 
-DEFAULT_BUDGET = 4_000_000_000  # bytes (4 GB)
+DEFAULT_BUDGET = 2_000_000_000  # bytes (2 GB: issue #32's ceiling for any run)
 _PERIOD_S = 0.05  # seconds between two reads of the RSS
 #: the search stops once the RSS passes this share of the budget: between two checks a step
 #: allocates more (the peaks measured over the certification table, with the check at the budget

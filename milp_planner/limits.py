@@ -1,6 +1,6 @@
 """The memory a command may use, stated before it starts (issue #30).
 
-The exact planners stop at their ``memory_budget`` (4 GB by default, ``formulations/budget.py``).
+The exact planners stop at their ``memory_budget`` (2 GB by default, ``formulations/budget.py``).
 ``inspect``, ``deploy`` and ``run`` state a budget the same way, as an estimate checked before
 the work: a command that would need more is one line naming what is too large, never a crash
 half way (a C library that fails to allocate under ``ulimit -v`` aborts or segfaults, and no
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from milp_planner.errors import PlannerError
 
-DEFAULT_BUDGET = 4_000_000_000  # bytes, as the exact planners' memory_budget
+DEFAULT_BUDGET = 4_000_000_000  # bytes: a deploy of VGG-16 in two ranks needs about 4 GB
 ENV = "MILP_PLANNER_MEMORY_BUDGET"
 
 

@@ -20,7 +20,7 @@ the hypervolume and the lower bound set. A step whose solver returns a plan over
 solver's tolerance (a MILP's 1e-6) is retried a step lower and the range it skipped is not
 excluded (the front is then not certified).
 
-Memory: each ε-step runs under the step planner's ``memory_budget`` (option, default 4 GB of
+Memory: each ε-step runs under the step planner's ``memory_budget`` (option, default 2 GB of
 resident memory; the lexicographic graph steps too). After every step the front drops its
 references to the step's graphs and models, runs the garbage collector and hands freed heap
 back to the system (``release_memory``), so one step's peak is not carried into the next
@@ -109,7 +109,7 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
     otherwise (or when the search stops) the MILP of that graph by HiGHS. Returns a
     ``PlanResult`` (the evaluator's metrics, the solver's proven bound), or None when the graph
     cannot be built in time, in ``max_arcs`` or within the memory ``budget`` (bytes of resident
-    memory, default the planners' 4 GB; the caller then uses its planner)."""
+    memory, default the planners' 2 GB; the caller then uses its planner)."""
     import pyomo.environ as pyo
 
     from formulations.certificate import disagreement, finite

@@ -201,7 +201,7 @@ def test_parse_size_and_option():
     with pytest.raises(PlannerError, match="memory_budget"):
         get_planner("dp", memory_budget="lots")
     assert get_planner("milp", memory_budget="3GB").memory_budget() == 3 * 10**9
-    assert get_planner("cpsat").memory_budget() == 4 * 10**9
+    assert get_planner("cpsat").memory_budget() == 2 * 10**9
 
 
 def test_check_memory_raises_only_inside_a_budget():

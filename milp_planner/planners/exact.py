@@ -143,7 +143,7 @@ ANYTIME_OPTIONS = (
     Option("anytime", bool, True, "start from the best fast baseline's plan in the space (docs/exact.md)"),
     Option("improve", bool, True, "spend the time left on exact searches over sub-fleets and smaller spaces "
            "(planners.subfleet; with anytime)"),
-    Option("memory_budget", str, "4GB", "resident memory at which the search stops with its best plan and bound "
+    Option("memory_budget", str, "2GB", "resident memory at which the search stops with its best plan and bound "
            "(bytes, or like 4GB, 512MB)", check=size_problem),
     Option("memory_search", bool, True, "memory objective: beam searches over small restricted plan spaces "
            "improve the anytime start (formulations.memory_search; with anytime)"),
