@@ -98,13 +98,15 @@ def memory_budget(budget: int | None):
         _budget = saved
 
 
-def check_memory() -> None:
-    """Raise ``MemoryBudgetExceeded`` when the process is over the active budget (cheap)."""
+def check_memory(force: bool = False) -> None:
+    """Raise ``MemoryBudgetExceeded`` when the process is over the active budget (cheap).
+    ``force``: read the RSS even within ``_PERIOD_S`` of the last read (after a step that
+    allocates tens of MB at once, where 50 ms is enough to pass the budget)."""
     global _next_read
     if _budget is None:
         return
     now = time.perf_counter()
-    if now < _next_read:
+    if now < _next_read and not force:
         return
     _next_read = now + _PERIOD_S
     rss = rss_bytes()

@@ -785,12 +785,20 @@ def _path_loads(lb: LayoutBounds, cost: "_FloorCost", pr: Pricer, floors: dict, 
 
 
 SAFE = 1e-5  # relative margin below the float32 floors
+#: ``np.take`` into ``out=`` with the default mode "raise" fills a hidden copy of ``out`` first
+#: (numpy's documentation: "out is always buffered if mode='raise'"), a transient as large as
+#: the result that no memory check sees; the indices built here are always in range
+_UNBUFFERED = "clip"
 
 
 class _FloorCost:
     """Floors of stage options from layout classes, vectorised over classes and options."""
 
     CHUNK = 1024  # read layouts priced at once
+    #: at most this many bytes per (parts, rows, options) float32 temporary of a chunk: the
+    #: memory budget is checked between chunks, and 1,024 rows of 16 parts x 10,000 options
+    #: were 655 MB each (fleet/mobilenetv2-16dev-4types latency peaked 0.4 GB past the budget)
+    CHUNK_BYTES = 64 * 2**20
     widened = False  # the coarse relaxation's widened layouts (``Coarsening.grid``)
     weights = None  # period: per device, the weight its load is priced at (None: 1 / devices)
     raw_weights = None  # period: the weights normalised, before the least over each orbit
@@ -877,15 +885,18 @@ class _FloorCost:
             # layouts: price every pair, one layout of the second tensor at a time
             (r1, w1), (r2, w2) = terms
             pairs = np.empty((r1.shape[1], r2.shape[1], len(tab.exits)))
+            rows = self._chunk_rows(comp.shape[1], len(keep))
             for l2 in range(r2.shape[1]):
-                _check(deadline)
-                least(r1 + r2[:, l2:l2 + 1], pairs[:, l2])
+                for lo in range(0, r1.shape[1], rows):
+                    _check(deadline, force=True)
+                    least(r1[:, lo:lo + rows] + r2[:, l2:l2 + 1], pairs[lo:lo + rows, l2])
             out[:] = pairs[w1, w2]
         else:
             bufs = None
-            for lo in range(0, P, self.CHUNK):
-                _check(deadline)
-                hi = min(P, lo + self.CHUNK)
+            rows = self._chunk_rows(comp.shape[1], len(keep))
+            for lo in range(0, P, rows):
+                _check(deadline, force=True)
+                hi = min(P, lo + rows)
                 # a tensor read in the same layout by every row of the chunk adds one (parts, 1,
                 # options) row: those are summed first, and only the others are gathered
                 base = None
@@ -907,9 +918,9 @@ class _FloorCost:
                     if bufs is None or bufs[0].shape[1] < hi - lo:
                         bufs = (np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32))
                     rr, tmp = bufs[0][:, :hi - lo], bufs[1][:, :hi - lo]
-                    np.take(varying[0][0], varying[0][1], axis=1, out=rr)
+                    np.take(varying[0][0], varying[0][1], axis=1, out=rr, mode=_UNBUFFERED)
                     for r_t, sel in varying[1:]:
-                        np.take(r_t, sel, axis=1, out=tmp)
+                        np.take(r_t, sel, axis=1, out=tmp, mode=_UNBUFFERED)
                         np.add(rr, tmp, out=rr)
                     if base is not None:
                         np.add(rr, base, out=rr)
@@ -917,6 +928,11 @@ class _FloorCost:
                     rr = base if base is not None else np.zeros((comp.shape[1], 1, len(keep)), dtype=np.float32)
                 least(rr, out[lo:hi])
         return out * (1 - SAFE)
+
+    def _chunk_rows(self, parts: int, options: int) -> int:
+        """Read layouts priced at once: ``CHUNK``, fewer where a (parts, rows, options) float32
+        array would pass ``CHUNK_BYTES``."""
+        return int(max(1, min(self.CHUNK, self.CHUNK_BYTES // (4 * max(1, parts) * max(1, options)))))
 
     def _over(self, load, mask, rr) -> np.ndarray:
         """(rows, options): True where some part's relaxed load (``load``: its compute, plus
@@ -992,7 +1008,8 @@ class _FloorCost:
             idx_t = np.where(mask_t > 0, (link[devices] * (G * kmax) + group[:, None] * kmax).T + part, flat_t.shape[1])
             rr = np.zeros((kmax, len(lids) + 1, O), dtype=dtype)  # the last row stays 0
             for j in range(kmax):  # one contiguous (layouts, options) gather per part
-                np.take(src, idx_t[j], axis=1, out=rr[j, :-1])
+                np.take(src, idx_t[j], axis=1, out=rr[j, :-1], mode=_UNBUFFERED)
+                _check(deadline, force=True)
             which = np.array([pos.get(dict(key).get(t), len(lids)) for key in _checked(read_keys, deadline)],
                              dtype=np.int64)
             terms.append((rr, which))
@@ -1209,8 +1226,8 @@ def _merge_classes(nxt: dict, exits: list[tuple], carries: list[tuple], deadline
     return out
 
 
-def _check(deadline: float | None) -> None:
-    check_memory()
+def _check(deadline: float | None, force: bool = False) -> None:
+    check_memory(force)
     if deadline is not None and time.perf_counter() > deadline:
         raise TimeoutError("the time limit ran out while bounding the plan space")
 

@@ -315,3 +315,16 @@ def test_coedge_energy_lp_filled_cheapest_first_is_scipys_optimum():
             assert max(abs(a - b) for a, b in zip(x, ref.x)) < 1e-9
             assert energy_shares(A, K, E, deadline) == x
     assert decided > 100
+
+
+def test_a_forced_memory_check_reads_within_the_period(monkeypatch):
+    """After a large allocation a check reads the RSS even right after another read."""
+    import formulations.budget as budget
+
+    reads = []
+    monkeypatch.setattr(budget, "rss_bytes", lambda: reads.append(1) or 10)
+    with memory_budget(10**12):
+        check_memory()
+        check_memory()  # within the period: not read
+        check_memory(force=True)
+    assert len(reads) == 2

@@ -254,6 +254,22 @@ def test_auto_falls_back_to_the_coarse_relaxation_when_the_full_one_hits_the_mem
     assert res.plan is not None and res.bound <= opt * (1 + REL)
 
 
+def test_the_full_relaxation_stopped_by_its_time_is_released_before_the_coarse_one(monkeypatch):
+    """A full relaxation stopped by its share of the time leaves its tables too: the coarse
+    one then ran out of the 2 GB budget on them (fleet/mobilenetv2-16dev-4types latency)."""
+    import formulations.rounds as rounds
+
+    def out_of_time(*args, **kw):
+        raise TimeoutError("the time limit ran out while bounding the plan space")
+
+    released = []
+    monkeypatch.setattr(rounds, "_full_bounds", out_of_time)
+    monkeypatch.setattr(rounds, "release_memory", lambda: released.append(1) or 0)
+    res = solve(CASES["skip-3distinct"]())
+    assert res.info.get("relaxation") == "coarse" and released
+    assert res.bound <= optimum("skip-3distinct", "latency") * (1 + REL)
+
+
 def test_relaxation_option_is_checked():
     with pytest.raises(PlannerError, match="relaxation"):
         get_planner("dp", relaxation="fine")

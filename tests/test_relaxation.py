@@ -113,3 +113,33 @@ def test_rounds_sharing_a_memo_build_the_same_graphs(case):
         assert arc_keys(again) == arc_keys(fresh)
         assert again.outside == pytest.approx(fresh.outside, rel=1e-12)
     assert memo
+
+
+@pytest.mark.parametrize("objective", ["latency", "energy", "period"])
+@pytest.mark.parametrize("case", ["residual-external", "residual-3dev-shared", "residual-shared", "chain-3dev", "chain-4dev-ranked"])
+def test_floors_priced_a_row_at_a_time_are_the_same(case, objective, monkeypatch):
+    """``_FloorCost.CHUNK_BYTES`` bounds the temporaries between two memory checks; one read
+    layout per chunk (and per slice of a residual pair's rows) gives the same floors."""
+    import numpy as np
+
+    from formulations.relaxation import _FloorCost
+
+    whole = layout_bounds(ALL[case](), objective)
+    pairs = []
+    orig = _FloorCost._chunk_rows
+    monkeypatch.setattr(_FloorCost, "_chunk_rows", lambda self, *a: pairs.append(orig(self, *a)) or 1)
+    by_row = layout_bounds(ALL[case](), objective)  # (a new instance: not the memo's)
+    assert pairs and all(r > 1 for r in pairs)  # the default chunks hold several rows here
+    assert by_row.lower == whole.lower
+    assert len(by_row.to_go) == len(whole.to_go)
+    for a, b in zip(by_row.to_go, whole.to_go):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_chunk_of_floors_stays_within_chunk_bytes():
+    from formulations.relaxation import _FloorCost
+
+    cost = _FloorCost.__new__(_FloorCost)
+    assert cost._chunk_rows(3, 10) == _FloorCost.CHUNK
+    assert cost._chunk_rows(16, 10_000) == _FloorCost.CHUNK_BYTES // (4 * 16 * 10_000)
+    assert cost._chunk_rows(16, 10**9) == 1
