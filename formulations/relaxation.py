@@ -1066,9 +1066,12 @@ class _FloorCost:
         msgs = (nbytes > 0).astype(float)
         rest_b = nbytes.sum(axis=1, keepdims=True) - nbytes  # everything but the claimed region
         rest_m = msgs.sum(axis=1, keepdims=True) - msgs
-        t_recv = (rest_b[:, :, None] * pairs[None, None, :, 0, None, None]
-                  + rest_m[:, :, None] * pairs[None, None, :, 1, None, None])  # (L, R, links, G, k)
-        return t_recv.min(axis=1), link
+        least = None  # the least over the claimed region, one region at a time: an (L, R, links,
+        for r in range(rest_b.shape[1]):  # G, k) array and its temporaries passed 2 GB between checks
+            t_recv = (rest_b[:, r, None] * pairs[None, :, 0, None, None]
+                      + rest_m[:, r, None] * pairs[None, :, 1, None, None])  # (L, links, G, k)
+            least = t_recv if least is None else np.minimum(least, t_recv, out=least)
+        return least, link
 
     def _received_ranked(self, nbytes: np.ndarray):
         """``_received`` for layouts of up to R >= 3 regions, from their bytes ``nbytes`` (L, R,
