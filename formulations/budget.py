@@ -98,20 +98,21 @@ def memory_budget(budget: int | None):
         _budget = saved
 
 
-def check_memory(force: bool = False) -> None:
+def check_memory(force: bool = False, need: int = 0) -> None:
     """Raise ``MemoryBudgetExceeded`` when the process is over the active budget (cheap).
     ``force``: read the RSS even within ``_PERIOD_S`` of the last read (after a step that
-    allocates tens of MB at once, where 50 ms is enough to pass the budget)."""
+    allocates tens of MB at once, where 50 ms is enough to pass the budget). ``need``: bytes
+    about to be allocated (read now, counted as if already resident)."""
     global _next_read
     if _budget is None:
         return
     now = time.perf_counter()
-    if now < _next_read and not force:
+    if now < _next_read and not (force or need):
         return
     _next_read = now + _PERIOD_S
     rss = rss_bytes()
-    if rss > STOP_SHARE * _budget:
-        raise MemoryBudgetExceeded(rss, _budget)
+    if rss + need > STOP_SHARE * _budget:
+        raise MemoryBudgetExceeded(rss + need, _budget)
 
 
 def release_memory() -> int:

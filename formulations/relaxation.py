@@ -1006,6 +1006,8 @@ class _FloorCost:
             src = np.zeros((len(lids), flat_t.shape[1] + 1), dtype=dtype)
             src[:, :-1] = flat_t
             idx_t = np.where(mask_t > 0, (link[devices] * (G * kmax) + group[:, None] * kmax).T + part, flat_t.shape[1])
+            # (one part's gather alone was 230 MB past the last check: fleet/vgg16-16dev-4types energy)
+            check_memory(need=kmax * (len(lids) + 1) * O * np.dtype(dtype).itemsize)
             rr = np.zeros((kmax, len(lids) + 1, O), dtype=dtype)  # the last row stays 0
             for j in range(kmax):  # one contiguous (layouts, options) gather per part
                 np.take(src, idx_t[j], axis=1, out=rr[j, :-1], mode=_UNBUFFERED)

@@ -327,4 +327,7 @@ def test_a_forced_memory_check_reads_within_the_period(monkeypatch):
         check_memory()
         check_memory()  # within the period: not read
         check_memory(force=True)
-    assert len(reads) == 2
+        check_memory(need=int(STOP_SHARE * 10**12) - 10)  # what is about to be allocated counts, and is read now
+        with pytest.raises(MemoryBudgetExceeded):
+            check_memory(need=10**12)
+    assert len(reads) == 4
