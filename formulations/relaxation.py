@@ -601,6 +601,11 @@ def _table_floors(cost: "_FloorCost", lb: LayoutBounds, pr: Pricer, tab: StageTa
         return _table_floors(cost, lb, pr, tab, deadline, coarse)
 
 
+#: at most this many bytes per (classes, exits) float64 array of the backward pass (hidp/vgg19-5node
+#: latency: its whole arrays passed 2 GB between two memory checks)
+BACKWARD_CHUNK_BYTES = 64 * 2**20
+
+
 def _backward(lb: LayoutBounds, best: dict, collapsed: list[bool], fl: int, deadline: float | None) -> list:
     """The cost to go per boundary and class from the stages' least floors ``best`` ((first,
     last) -> (read layouts, exits))."""
@@ -613,10 +618,14 @@ def _backward(lb: LayoutBounds, best: dict, collapsed: list[bool], fl: int, dead
         for e in range(b, min(n, b + fl)):
             tab = lb.tables[(b, e)]
             rest = to_go[e + 1][tab.merged]  # (exits, carries)
-            if collapsed[b]:  # one priced row (the empty class), every class bounded by it
-                out = np.minimum(out, (best[(b, e)][tab.read_of] + rest[:, tab.carry_of].T).min(axis=1).min())
-            else:
-                out = np.minimum(out, (best[(b, e)][tab.read_of] + rest[:, tab.carry_of].T).min(axis=1))
+            least = np.empty(len(tab.read_of))
+            rows = max(1, BACKWARD_CHUNK_BYTES // (8 * max(1, rest.shape[0])))  # (classes, exits) at a time
+            for lo in range(0, len(least), rows):
+                _check(deadline, force=True)
+                sl = slice(lo, lo + rows)
+                least[sl] = (best[(b, e)][tab.read_of[sl]] + rest[:, tab.carry_of[sl]].T).min(axis=1)
+            # collapsed: one priced row (the empty class), every class bounded by it
+            out = np.minimum(out, least.min() if collapsed[b] else least)
         to_go[b] = out
     return to_go
 

@@ -128,6 +128,7 @@ def test_floors_priced_a_row_at_a_time_are_the_same(case, objective, monkeypatch
     pairs = []
     orig = _FloorCost._chunk_rows
     monkeypatch.setattr(_FloorCost, "_chunk_rows", lambda self, *a: pairs.append(orig(self, *a)) or 1)
+    monkeypatch.setattr("formulations.relaxation.BACKWARD_CHUNK_BYTES", 1)  # the backward pass too
     by_row = layout_bounds(ALL[case](), objective)  # (a new instance: not the memo's)
     assert pairs and all(r > 1 for r in pairs)  # the default chunks hold several rows here
     assert by_row.lower == whole.lower
