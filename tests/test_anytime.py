@@ -228,6 +228,20 @@ def test_a_budget_below_the_current_memory_stops_with_a_plan_and_a_bound(anytime
         assert res.info["plan_from"].startswith("anytime start")
 
 
+@pytest.mark.parametrize("released", [True, False])
+def test_after_a_memory_stop_the_improvement_loop_runs_only_when_the_memory_was_released(monkeypatch, released):
+    import milp_planner.planners.exact as exact
+
+    budget = max(1, rss_bytes() // 2)
+    monkeypatch.setattr(exact, "release_memory", lambda: 0 if released else budget)
+    inst = FLOOR_CASES["chain-linear"]()
+    res = get_planner("dp", memory_budget=budget).solve(inst, objective="latency", time_limit=10)
+    assert res.info.get("stopped_by") == "memory budget" and res.plan is not None
+    assert ("improve" in res.info) == released
+    if released:  # the loop's first search stops at the budget too, and the loop with it
+        assert [t["settled"] for t in res.info["improve"]["tried"]] == [False]
+
+
 @pytest.mark.slow
 def test_a_budget_50mb_above_the_current_memory_on_a_hard_instance():
     inst = load_instance(ROOT / "instances/coopai/vgg16-rpi4-7.yaml")

@@ -20,7 +20,8 @@ import math
 import time
 from dataclasses import dataclass
 
-from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget, parse_size, size_problem
+from formulations.budget import (DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget, parse_size, release_memory,
+                                 size_problem)
 from formulations.caps import Fixing
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, disagreement
 from milp_planner.cost.floors import lower_floor
@@ -55,6 +56,9 @@ MEMORY_SEARCH_S = 5.0  # the memory objective's restricted searches (memory_star
 MEMORY_SEARCH_SHARE = 0.1  # and at most this share of the time left
 POLISH_S = 4.0  # the combination of the start's layouts (polish_start): at most this long
 POLISH_SHARE = 0.08  # and at most this share of the time left
+#: after the memory budget stopped the rounds, the improvement loop runs when releasing what they
+#: held brings the resident memory under this share of the budget
+IMPROVE_AFTER_MEMORY_SHARE = 0.6
 POLISH_EXACT_OPTIONS = 20_000  # over spaces of at most this many stage options, polish runs its beam only
 
 
@@ -276,12 +280,16 @@ class ExactPlanner(Planner):
                 res = PlanResult(self.name, status, ctx.objective, plan=start.start.plan, info=info,
                                  proofs=[] if err.lower is None else [Proof(err.lower, _rounds_source(info))], message=f"{err}; returning the anytime start "
                                                     f"({start.start.baseline}'s plan) and the bound proven so far")
-                if not (isinstance(err, MemoryStop) or getattr(err, "memory", False)):
+                memory = isinstance(err, MemoryStop) or getattr(err, "memory", False)
+                err.__traceback__ = None  # its frames hold the rounds' graphs and tables
+                if not memory or self._memory_released():
                     self.improve(instance, ctx, res, ladder, start.start.value)
                 self._take_aside(instance, ctx, res, start)
                 return self._with_ladder(res, ladder)
             res = self._result(instance, ctx, ex, start)
-            if not (ex.certified or ex.infeasible or ex.memory_out) and res.plan is not None:
+            settled, memory_out = ex.certified or ex.infeasible, bool(ex.memory_out)
+            ex = None  # the rounds' graph
+            if not settled and res.plan is not None and (not memory_out or self._memory_released()):
                 self.improve(instance, ctx, res, ladder)
             self._take_aside(instance, ctx, res, start)
             return self._with_ladder(res, ladder)
@@ -441,6 +449,13 @@ class ExactPlanner(Planner):
             if ladder.starts is not None:
                 res.info["ladder"]["rung_starts"] = ladder.starts.info()
         return res
+
+    def _memory_released(self) -> bool:
+        """After the memory budget stopped the rounds: release what they held (their graph and
+        tables must be unreferenced by now) and say whether the resident memory is back under
+        ``IMPROVE_AFTER_MEMORY_SHARE`` of the budget, leaving room for the improvement loop's
+        smaller searches (which stop at the budget too)."""
+        return release_memory() < IMPROVE_AFTER_MEMORY_SHARE * self.memory_budget()
 
     def memory_budget(self) -> int:
         """The memory budget in bytes (option ``memory_budget``)."""
