@@ -503,6 +503,38 @@ def test_constant_subgraphs_are_evaluated_for_shapes():
     assert g.layers[1].inputs == ("u",) and g.layers[1].ops == 0
 
 
+def test_a_long_chain_of_computed_reshape_targets_is_folded_to_the_end():
+    """Swin's window partitions: each Reshape's target is computed (Shape, Gather, Div,
+    Unsqueeze, Concat) from the previous Reshape's output, so each link needs its own round of
+    folding and inference. Found by torchvision's Swin-T at opset 13 (4 rounds were too few)."""
+    links, nodes = 12, []
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(1, np.int64), "div"),
+             numpy_helper.from_array(np.array([0], np.int64), "ax0"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+             numpy_helper.from_array(np.array([1], np.int64), "lead")]
+    x = "x"
+    for i in range(links):
+        nodes += [helper.make_node("Relu", [x], [f"a{i}"], name=f"relu{i}"),
+                  helper.make_node("Shape", [f"a{i}"], [f"s{i}"]),
+                  helper.make_node("Gather", [f"s{i}", "one"], [f"g{i}"], axis=0),
+                  helper.make_node("Div", [f"g{i}", "div"], [f"d{i}"]),
+                  helper.make_node("Unsqueeze", [f"d{i}", "ax0"], [f"u{i}"]),
+                  helper.make_node("Concat", ["lead", f"u{i}", "minus1"] if i % 2 else ["lead", "minus1", f"u{i}"],
+                                   [f"t{i}"], axis=0),
+                  helper.make_node("Reshape", [f"a{i}", f"t{i}"], [f"r{i}"], name=f"reshape{i}")]
+        x = f"r{i}"
+    m = make_model(nodes, [("x", [1, 6, 4])], [x], inits, opset=13)
+    g = import_onnx(m)
+    shapes = {layer.name: layer.shape for layer in g.layers}
+    expect, shape = [], (1, 6, 4)
+    for i in range(links):
+        u = shape[1]
+        shape = (1, u, 24 // u) if i % 2 else (1, 24 // u, u)
+        expect.append(shape)
+    assert [shapes[f"reshape{i}"] for i in range(links)] == expect
+
+
 def test_external_data_is_never_read(tmp_path):
     nodes = [conv("x", "w", "c", "b", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["y"])]

@@ -20,6 +20,9 @@ from onnx import TensorProto, helper
 from milp_planner.errors import PlannerError
 
 KEEP_DATA_ELEMENTS = 4096  # initializers up to this size keep their data for shape inference
+#: rounds of folding and inference at most: a chain of reshapes whose targets are computed from
+#: the previous one's shape (Swin's window partitions) needs one round per link (Swin-T: 40-64)
+MAX_FOLD_ROUNDS = 512
 
 def numel(dims) -> int:
     return int(prod(dims)) if dims is not None else 0
@@ -186,12 +189,12 @@ def fold_and_infer(sk: onnx.ModelProto, inferred: onnx.ModelProto, label: str) -
     axis was fixed, stays unknown. Here every node whose inputs are small known values
     (data-holding initializers, Constant nodes, Shape/Size of tensors of known shape) is
     evaluated with onnx's reference evaluator and replaced by an initializer in the skeleton,
-    and shapes are inferred again, a few rounds at most. Weights are never involved: their
+    and shapes are inferred again, until every shape is known or a round folds nothing. Weights are never involved: their
     data is not in the skeleton.
     """
     from onnx import numpy_helper
 
-    for _ in range(4):
+    for _ in range(MAX_FOLD_ROUNDS):  # each round folds at least one node, or the loop ends
         shapes = shape_map(inferred)
         values: dict[str, object] = {}
         for t in sk.graph.initializer:
