@@ -348,8 +348,8 @@ def reference_macs(path: Path, feeds: dict) -> int:
     """MACs of the whole model by the textbook formulas, on the shapes onnxruntime computes.
 
     Conv-like (Conv, ConvInteger, QLinearConv): output elements x (C_in / group) x kernel;
-    ConvTranspose: input elements x (C_out / group) x kernel; Gemm and MatMul-like (MatMul,
-    MatMulInteger, QLinearMatMul): output elements x K; LSTM / GRU / RNN: per step and
+    ConvTranspose: input elements x (C_out / group) x kernel; Gemm (and onnxruntime's QGemm) and
+    MatMul-like (MatMul, MatMulInteger, QLinearMatMul): output elements x K; LSTM / GRU / RNN: per step and
     direction (4 / 3 / 1) x hidden x (input + hidden). Subgraphs (If / Loop) are not entered:
     the corpus' models with branches are counted by hand in the table's note.
     """
@@ -367,7 +367,7 @@ def reference_macs(path: Path, feeds: dict) -> int:
         elif op == "ConvTranspose":
             w = s[n.input[1]]
             total += _prod(s[n.input[0]]) * _prod(w[1:])
-        elif op == "Gemm":
+        elif op in ("Gemm", "QGemm"):
             x = s[n.input[0]]
             total += _prod(s[n.output[0]]) * (x[0] if a.get("transA", 0) else x[1])
         elif op in ("MatMul", "MatMulInteger", "QLinearMatMul"):

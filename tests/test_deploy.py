@@ -351,3 +351,46 @@ def test_emulated_arrival_is_kept_to_the_microsecond(monkeypatch, time_s, sleeps
     assert len(clock.slept) == sleeps
     assert time_s <= clock.now <= time_s + 5e-6
     assert t.link_free == time_s
+
+
+def _conv_nd_model(rank: int) -> onnx.ModelProto:
+    """Two convolutions over a (N, C, *spatial) input of ``rank`` dims, then Flatten and Gemm."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    spatial = {3: (12,), 5: (4, 6, 6)}[rank]
+    k = len(spatial)
+    rng = np.random.default_rng(rank)
+
+    def w(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    n_out = 6 * int(np.prod(spatial))
+    inits = [w("w1", 8, 4, *(3,) * k), w("b1", 8), w("w2", 6, 8, *(1,) * k), w("wg", n_out, 5), w("bg", 5)]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1] * 2 * k),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
+             helper.make_node("Flatten", ["c2"], ["f"]),
+             helper.make_node("MatMul", ["f", "wg"], ["m"], name="fc"),
+             helper.make_node("Add", ["m", "bg"], ["y"])]
+    g = helper.make_graph(nodes, f"conv{k}d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, *spatial])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("rank", [3, 5])
+def test_convolutions_of_rank_other_than_4_are_not_split_by_channels(tmp_path, rank):
+    """A region's channels are the last axis of a tensor of rank other than 4, not a Conv's
+    output channels: r3d_18 (torchvision's 3-D ResNet) split a Conv3d by channels and its run
+    failed. Conv1d / Conv3d layers run whole; the Gemm after them still splits by columns."""
+    path = tmp_path / "m.onnx"
+    onnx.save(_conv_nd_model(rank), str(path))
+    inst = make_instance(str(path), n_dev=3, fusion=2)
+    layers = {layer.name: layer for layer in inst.graph.layers}
+    assert not layers["conv1"].channel_splittable and not layers["conv2"].channel_splittable
+    assert layers["fc"].channel_splittable
+    rng = np.random.default_rng(3)
+    for _ in range(8):
+        plan = evaluate_tuples(inst, random_stages(inst, rng), "random")[0]
+        run_plan(inst, plan, tmp_path / "dep")

@@ -212,3 +212,58 @@ def test_deploy_refuses_a_sub_model_onnxruntime_cannot_load(tmp_path, monkeypatc
     with pytest.raises(PlannerError, match=r"stage 0 on d0 \(d0/stage000.onnx\): onnxruntime cannot load"):
         deploy(inst, one_stage_per_layer(inst), tmp_path / "dep")
     assert not (tmp_path / "dep" / "manifest.json").exists()
+
+
+def _float_net() -> onnx.ModelProto:
+    """Conv, a residual Add, x * Sigmoid(x), Concat, AveragePool, GlobalAveragePool and Gemm:
+    each has an onnxruntime operator-format quantised form (com.microsoft QLinear*, QGemm)."""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "r1"], ["a"]),
+             helper.make_node("Sigmoid", ["a"], ["s"]),
+             helper.make_node("Mul", ["a", "s"], ["m"]),
+             helper.make_node("Concat", ["m", "r1"], ["cat"], axis=1),
+             helper.make_node("AveragePool", ["cat"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("GlobalAveragePool", ["p"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "wg", "bg"], ["y"], transB=1)]
+    inits = [wt("w1", 8, 3, 3, 3), wt("b1", 8), wt("w2", 8, 8, 3, 3), wt("b2", 8), wt("wg", 5, 16), wt("bg", 5)]
+    return model(nodes, [("x", TensorProto.FLOAT, [1, 3, 12, 12])], [("y", TensorProto.FLOAT)], inits, opset=13)
+
+
+def test_operator_format_quantised_models_count_as_their_float_model_and_deploy(tmp_path):
+    """onnxruntime's ``quantize_static`` in operator format writes com.microsoft QLinearAdd,
+    QLinearMul, QLinearSigmoid, QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool and
+    QGemm, which onnx's shape inference does not know: torchvision's MobileNetV3 and SqueezeNet so
+    quantised failed at import ("unknown rank"), and QGemm counted 0 MACs."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    fp, q8 = tmp_path / "float.onnx", tmp_path / "qop.onnx"
+    onnx.save(_float_net(), fp)
+    rng = np.random.default_rng(0)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.data = iter([{"x": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.data, None)
+
+    quantize_static(str(fp), str(q8), Reader(), quant_format=QuantFormat.QOperator,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    ops = {n.op_type for n in onnx.load(str(q8)).graph.node if n.domain == "com.microsoft"}
+    assert {"QLinearAdd", "QLinearMul", "QLinearConcat", "QGemm", "QLinearGlobalAveragePool"} <= ops
+    f, q = import_onnx(fp), import_onnx(q8)
+    assert q.totals["macs"] == f.totals["macs"] == 8 * 144 * 27 + 8 * 144 * 72 + 5 * 16
+    assert q.totals["params"] == f.totals["params"] and not q.warnings
+    inst = instance(q8)
+    check_deploy(inst, one_stage_per_layer(inst), tmp_path / "dep", tol=0.0)
+
+
+def test_an_unknown_custom_operator_is_refused_by_its_name():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Frobnicate", ["r"], ["y"], domain="com.acme")]
+    m = model(nodes, [("x", TensorProto.FLOAT, [1, 4])], [("y", TensorProto.FLOAT)])
+    m.opset_import.append(helper.make_opsetid("com.acme", 1))
+    with pytest.raises(PlannerError, match=r"operator Frobnicate of domain 'com.acme' is not supported"):
+        import_onnx(m)

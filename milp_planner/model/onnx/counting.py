@@ -12,9 +12,10 @@ from typing import NamedTuple
 
 from milp_planner.errors import PlannerError
 from milp_planner.model.onnx.nodes import Node
-from milp_planner.model.onnx.ops import (CONTRIB_RECURRENT, FOLD_BIAS, GLOBAL_POOLS, NORM_PARAM_OPS,
-                                         QUANT_WEIGHT_OPS, RECURRENT, RELAYOUT, WEIGHT_OPS, WINDOW_POOLS)
-from milp_planner.model.onnx.shapes import fmt_shape
+from milp_planner.model.onnx.ops import (CONTRIB_DOMAINS, CONTRIB_QUANT, CONTRIB_RECURRENT, FOLD_BIAS, GLOBAL_POOLS,
+                                         NORM_PARAM_OPS, QUANT_WEIGHT_OPS, RECURRENT, RELAYOUT, WEIGHT_OPS,
+                                         WINDOW_POOLS)
+from milp_planner.model.onnx.shapes import fmt_shape, quant_inputs
 from milp_planner.model.onnx.tensors import Tensors
 
 
@@ -37,6 +38,8 @@ def recurrent_kind(n: Node) -> str | None:
 def node_params(t: Tensors, n: Node, layer: str) -> int:
     """Parameters held by node ``n`` (a root or folded node of layer ``layer``)."""
     kind = recurrent_kind(n) if n.proto is not None else None
+    quant = n.domain in CONTRIB_DOMAINS and n.op in CONTRIB_QUANT  # its weights are integers
+    n = as_float_op(n)
     if not n.standard or n.proto is None:
         if kind is None:
             return 0
@@ -55,7 +58,7 @@ def node_params(t: Tensors, n: Node, layer: str) -> int:
     if kind is not None:  # W, R, B (and the peepholes P of an LSTM), integer weights included
         return sum(count(ins[k]) for k in RECURRENT[kind][2] if k < len(ins) and ins[k] and ins[k] in t.const)
     if n.op in WEIGHT_OPS:
-        return sum(count(w) for w in const if t.is_float(w))
+        return sum(count(w) for w in const if quant or t.is_float(w))
     if n.op in QUANT_WEIGHT_OPS:  # the integer weight (and QLinearConv's int32 bias)
         k = QUANT_WEIGHT_OPS[n.op][1]
         idx = [k, 8] if n.op == "QLinearConv" else [k]
@@ -67,12 +70,21 @@ def node_params(t: Tensors, n: Node, layer: str) -> int:
     if n.op in NORM_PARAM_OPS:
         return sum(count(w) for w in ins[1:3] if w and w in t.const and t.is_float(w))
     if n.op in FOLD_BIAS:  # a bias or per-channel scale: more than one element
-        return sum(c for w in const if t.is_float(w) and (c := count(w)) > 1)
+        return sum(c for w in const if (quant or t.is_float(w)) and (c := count(w)) > 1)
     return 0
+
+
+def as_float_op(n: Node) -> Node:
+    """A quantised operator-format node (``ops.CONTRIB_QUANT``) as its float op, reading the
+    same activations and weights; any other node as it is."""
+    if n.domain in CONTRIB_DOMAINS and n.op in CONTRIB_QUANT and n.proto is not None:
+        return Node(CONTRIB_QUANT[n.op][0], "", n.name, quant_inputs(n.proto), n.outputs, n.proto, n.act, n.first)
+    return n
 
 
 def work(t: Tensors, n: Node, out_shape: tuple[int, ...]) -> Work:
     """MACs and ops of the root node ``n`` of a layer; folded nodes add nothing."""
+    n = as_float_op(n)
     op = n.op if n.standard else None
     ins = n.inputs
     out_elems = int(prod(out_shape))

@@ -188,6 +188,13 @@ class Importer:
                 f"({fmt_shape(self.t.shape(pl.out))}) depends on the branch or iteration count taken at run "
                 f"time; {n.op} is supported when its output shapes are static"
             )
+        if out_shape is None and not n.standard and n.proto is not None \
+                and f"{n.domain}.{n.op}" not in KNOWN:
+            raise PlannerError(
+                f"{self.label}: node '{n.display_name}': operator {n.op} of domain '{n.domain}' is not "
+                f"supported (onnx's shape inference does not know it, nor does the importer; "
+                f"its output '{pl.out}' has shape {fmt_shape(self.t.shape(pl.out))})"
+            )
         if out_shape is None:
             raise PlannerError(
                 f"{self.label}: the output '{pl.out}' of node '{n.display_name}' ({n.op}) has "
@@ -220,7 +227,10 @@ class Importer:
         # a quantised group (its input dequantised) is not split by channels: a part would hold a
         # float slice of the weight, not the integer weight onnxruntime's fused kernel uses
         qdq = any(i in self.dequantized for i in n.inputs)
-        chan_split = n.op in WEIGHT_OPS and n.standard and weight_const and not qdq
+        # a part's channels are those of the region grid (milp_planner.space.geometry): axis 1 of
+        # a rank-4 tensor, else the last axis, which is a Conv's output channels only at rank 4
+        conv_rank_ok = n.op not in ("Conv", "ConvTranspose") or len(out_shape) == 4
+        chan_split = n.op in WEIGHT_OPS and n.standard and weight_const and not qdq and conv_rank_ok
         groups = int(n.attr("group", 1)) if n.op in ("Conv", "ConvTranspose") else 1
         if op not in KNOWN and n.proto is not None:
             self.t.warn(

@@ -14,6 +14,16 @@ RECURRENT = {"LSTM": (4, 9, (1, 2, 3, 7)), "GRU": (3, 7, (1, 2, 3)), "RNN": (1, 
 # onnxruntime's quantised LSTM (com.microsoft), counted as an LSTM
 CONTRIB_RECURRENT = {"DynamicQuantizeLSTM": "LSTM"}
 CONTRIB_DOMAINS = ("com.microsoft",)
+# onnxruntime's quantised operator-format ops (com.microsoft; ``quantize_static`` with
+# ``QuantFormat.QOperator`` writes them): the float op whose output shape, work and weights they
+# have, and the indices of that op's inputs among theirs (None: QLinearConcat's X at 2, 5, 8, ...)
+CONTRIB_QUANT = {
+    "QLinearAdd": ("Add", (0, 3)), "QLinearMul": ("Mul", (0, 3)),
+    "QLinearSigmoid": ("Sigmoid", (0,)), "QLinearLeakyRelu": ("LeakyRelu", (0,)),
+    "QLinearSoftmax": ("Softmax", (0,)), "QLinearGlobalAveragePool": ("GlobalAveragePool", (0,)),
+    "QLinearAveragePool": ("AveragePool", (0,)), "QLinearReduceMean": ("ReduceMean", (0,)),
+    "QGemm": ("Gemm", (0, 3, 6)), "QLinearConcat": ("Concat", None),
+}
 WINDOW_POOLS = frozenset({"MaxPool", "AveragePool", "LpPool"})
 GLOBAL_POOLS = frozenset({"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
 ALIAS_OPS = frozenset({"Identity", "Dropout"})
@@ -53,7 +63,8 @@ WHOLE = frozenset({
     "NonMaxSuppression", "RoiAlign", "MaxRoiPool", "GridSample", "Col2Im", "CenterCropPad",
     "DynamicQuantizeLinear", "If", "Loop",
 }) | GLOBAL_POOLS
-KNOWN = WEIGHT_OPS | WINDOW_POOLS | ELEMENTWISE | RELAYOUT | WHOLE | frozenset(QUANT_WEIGHT_OPS) | frozenset(RECURRENT)
+KNOWN = WEIGHT_OPS | WINDOW_POOLS | ELEMENTWISE | RELAYOUT | WHOLE | frozenset(QUANT_WEIGHT_OPS) | frozenset(RECURRENT) \
+    | frozenset(f"com.microsoft.{op}" for op in [*CONTRIB_QUANT, *CONTRIB_RECURRENT])
 
 NORM_PARAM_OPS = frozenset({"LayerNormalization", "InstanceNormalization", "GroupNormalization"})
 

@@ -18,11 +18,13 @@ import onnx
 from onnx import TensorProto, helper
 
 from milp_planner.errors import PlannerError
+from milp_planner.model.onnx.ops import CONTRIB_QUANT
 
 KEEP_DATA_ELEMENTS = 4096  # initializers up to this size keep their data for shape inference
 #: rounds of folding and inference at most: a chain of reshapes whose targets are computed from
 #: the previous one's shape (Swin's window partitions) needs one round per link (Swin-T: 40-64)
 MAX_FOLD_ROUNDS = 512
+QUANT_PROXY_OPSET = 13  # the opset of the float ops standing for quantised ones in shape inference
 
 def numel(dims) -> int:
     return int(prod(dims)) if dims is not None else 0
@@ -309,30 +311,92 @@ def infer_model(model: onnx.ModelProto, label: str, input_shapes, act_inputs: li
 
 
 def contrib_shapes(sk: onnx.ModelProto, inferred: onnx.ModelProto, label: str):
-    """Output shapes of onnxruntime's quantised LSTM (``com.microsoft.DynamicQuantizeLSTM``),
-    which onnx's inference does not know: those of an LSTM (Y: seq x directions x batch x
-    hidden, Y_h and Y_c: directions x batch x hidden). Inference then runs again from them."""
+    """Output shapes of onnxruntime's contrib ops (com.microsoft), which onnx's inference does
+    not know: the quantised LSTM (``DynamicQuantizeLSTM``) has those of an LSTM (Y: seq x
+    directions x batch x hidden, Y_h and Y_c: directions x batch x hidden); the quantised
+    operator-format ops of ``ops.CONTRIB_QUANT`` those of their float op, inferred on a one-node
+    model. Inference runs again from them, round after round while a round adds a shape (a
+    QLinearConv between two QLinearAdds needs onnx's inference in between)."""
+    for _ in range(MAX_FOLD_ROUNDS):
+        extra = _contrib_round(sk, inferred)
+        if not extra:
+            break
+        nxt = onnx.ModelProto()
+        nxt.CopyFrom(sk)
+        nxt.graph.value_info.extend(extra)
+        sk, inferred = nxt, infer(nxt, label)
+    return sk, inferred
+
+
+def _contrib_round(sk: onnx.ModelProto, inferred: onnx.ModelProto) -> list:
+    """Value infos for the outputs of contrib ops whose shapes are now computable."""
     shapes = shape_map(inferred)
     types = {vi.name: vi.type.tensor_type.elem_type for vi in list(inferred.graph.input)
              + list(inferred.graph.value_info) if vi.type.HasField("tensor_type")}
+    types.update((t.name, t.data_type) for t in sk.graph.initializer)
     extra = []
     for node in sk.graph.node:
-        if node.domain != "com.microsoft" or node.op_type != "DynamicQuantizeLSTM":
+        if node.domain != "com.microsoft":
             continue
-        x = shapes.get(node.input[0])
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if x is None or len(x) != 3 or None in x or "hidden_size" not in attrs:
+        if node.op_type == "DynamicQuantizeLSTM":
+            found, et = _lstm_shapes(node, shapes), types.get(node.input[0], TensorProto.FLOAT)
+        elif node.op_type in CONTRIB_QUANT:
+            found, et = [_quant_shape(node, shapes)], _quant_type(node, types)
+        else:
             continue
-        dirs = 2 if attrs.get("direction", b"forward") == b"bidirectional" else 1
-        h = int(attrs["hidden_size"])
-        outs = [(x[0], dirs, x[1], h), (dirs, x[1], h), (dirs, x[1], h)]
-        for name, shape in zip(node.output, outs):
-            if name and shapes.get(name) is None:
-                extra.append(helper.make_tensor_value_info(name, types.get(node.input[0], TensorProto.FLOAT),
-                                                           list(shape)))
-    if not extra:
-        return sk, inferred
-    nxt = onnx.ModelProto()
-    nxt.CopyFrom(sk)
-    nxt.graph.value_info.extend(extra)
-    return nxt, infer(nxt, label)
+        for name, shape in zip(node.output, found):
+            if name and shape is not None and (shapes.get(name) is None or None in shapes[name]):
+                extra.append(helper.make_tensor_value_info(name, et, list(shape)))
+                shapes[name], types[name] = tuple(shape), et
+    return extra
+
+
+def _lstm_shapes(node: onnx.NodeProto, shapes: dict) -> list:
+    x = shapes.get(node.input[0])
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if x is None or len(x) != 3 or None in x or "hidden_size" not in attrs:
+        return []
+    dirs = 2 if attrs.get("direction", b"forward") == b"bidirectional" else 1
+    h = int(attrs["hidden_size"])
+    return [(x[0], dirs, x[1], h), (dirs, x[1], h), (dirs, x[1], h)]
+
+
+def quant_inputs(node) -> list[str]:
+    """The inputs of a ``CONTRIB_QUANT`` node that its float op reads, in that op's order."""
+    op_type = getattr(node, "op_type", None) or node.op
+    inputs = list(node.input if hasattr(node, "input") else node.inputs)
+    idx = CONTRIB_QUANT[op_type][1]
+    idx = idx if idx is not None else range(2, len(inputs), 3)
+    return [inputs[i] for i in idx if i < len(inputs) and inputs[i]]
+
+
+def _quant_shape(node: onnx.NodeProto, shapes: dict):
+    """The output shape of a quantised operator-format op: its float op's on a one-node model."""
+    base = CONTRIB_QUANT[node.op_type][0]
+    ins = quant_inputs(node)
+    known = [shapes.get(i) for i in ins]
+    if not ins or any(k is None or None in k for k in known) or \
+            any(a.name == "channels_last" and a.i for a in node.attribute):
+        return None
+    allowed = onnx.defs.get_schema(base, QUANT_PROXY_OPSET).attributes
+    proxy = helper.make_node(base, ins, [node.output[0]])
+    proxy.attribute.extend(a for a in node.attribute if a.name in allowed)
+    inputs = [helper.make_tensor_value_info(i, TensorProto.FLOAT, list(k)) for i, k in dict(zip(ins, known)).items()]
+    graph = helper.make_graph([proxy], "proxy", inputs, [onnx.ValueInfoProto(name=node.output[0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", QUANT_PROXY_OPSET)])
+    model.ir_version = 8
+    try:
+        out = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    except Exception:
+        return None
+    shape, _ = vi_shape(out.graph.output[0])
+    return shape if shape is not None and None not in shape else None
+
+
+def _quant_type(node: onnx.NodeProto, types: dict) -> int:
+    """The element type of a quantised op's output: its activations' (QGemm without an output
+    scale gives floats)."""
+    if node.op_type == "QGemm" and (len(node.input) < 8 or not node.input[7]):
+        return TensorProto.FLOAT
+    first = quant_inputs(node)
+    return types.get(first[0], TensorProto.UINT8) if first else TensorProto.UINT8
