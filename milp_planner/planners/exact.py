@@ -282,14 +282,14 @@ class ExactPlanner(Planner):
                                                     f"({start.start.baseline}'s plan) and the bound proven so far")
                 memory = isinstance(err, MemoryStop) or getattr(err, "memory", False)
                 err.__traceback__ = None  # its frames hold the rounds' graphs and tables
-                if not memory or self._memory_released():
+                if not memory or self._memory_released(res):
                     self.improve(instance, ctx, res, ladder, start.start.value)
                 self._take_aside(instance, ctx, res, start)
                 return self._with_ladder(res, ladder)
             res = self._result(instance, ctx, ex, start)
             settled, memory_out = ex.certified or ex.infeasible, bool(ex.memory_out)
             ex = None  # the rounds' graph
-            if not settled and res.plan is not None and (not memory_out or self._memory_released()):
+            if not settled and res.plan is not None and (not memory_out or self._memory_released(res)):
                 self.improve(instance, ctx, res, ladder)
             self._take_aside(instance, ctx, res, start)
             return self._with_ladder(res, ladder)
@@ -450,12 +450,18 @@ class ExactPlanner(Planner):
                 res.info["ladder"]["rung_starts"] = ladder.starts.info()
         return res
 
-    def _memory_released(self) -> bool:
+    def _memory_released(self, res: PlanResult) -> bool:
         """After the memory budget stopped the rounds: release what they held (their graph and
         tables must be unreferenced by now) and say whether the resident memory is back under
         ``IMPROVE_AFTER_MEMORY_SHARE`` of the budget, leaving room for the improvement loop's
-        smaller searches (which stop at the budget too)."""
-        return release_memory() < IMPROVE_AFTER_MEMORY_SHARE * self.memory_budget()
+        smaller searches (which stop at the budget too); if not, ``info["improve"]`` says why
+        the loop was skipped."""
+        rss, budget = release_memory(), self.memory_budget()
+        if rss < IMPROVE_AFTER_MEMORY_SHARE * budget:
+            return True
+        res.info["improve"] = {"skipped": f"resident memory {rss / 1e9:.2f} GB after the rounds' release, above "
+                                          f"{IMPROVE_AFTER_MEMORY_SHARE:.0%} of the {budget / 1e9:g} GB budget"}
+        return False
 
     def memory_budget(self) -> int:
         """The memory budget in bytes (option ``memory_budget``)."""
