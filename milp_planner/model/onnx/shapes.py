@@ -22,8 +22,11 @@ from milp_planner.model.onnx.ops import CONTRIB_QUANT
 
 KEEP_DATA_ELEMENTS = 4096  # initializers up to this size keep their data for shape inference
 #: rounds of folding and inference at most: a chain of reshapes whose targets are computed from
-#: the previous one's shape (Swin's window partitions) needs one round per link (Swin-T: 40-64)
+#: the previous one's shape (Swin's window partitions) needs one round per link (Swin-T: 40-64
+#: rounds of about 2,400 nodes, 1.7 s); and at most FOLD_NODE_ROUNDS nodes inferred over all
+#: rounds (about 20 s), so that a hostile chain of 200,000 nodes stops early
 MAX_FOLD_ROUNDS = 512
+FOLD_NODE_ROUNDS = 2_000_000
 QUANT_PROXY_OPSET = 13  # the opset of the float ops standing for quantised ones in shape inference
 
 def numel(dims) -> int:
@@ -196,7 +199,7 @@ def fold_and_infer(sk: onnx.ModelProto, inferred: onnx.ModelProto, label: str) -
     """
     from onnx import numpy_helper
 
-    for _ in range(MAX_FOLD_ROUNDS):  # each round folds at least one node, or the loop ends
+    for _ in range(_fold_rounds(sk)):  # each round folds at least one node, or the loop ends
         shapes = shape_map(inferred)
         values: dict[str, object] = {}
         for t in sk.graph.initializer:
@@ -261,6 +264,11 @@ def fold_and_infer(sk: onnx.ModelProto, inferred: onnx.ModelProto, label: str) -
     return inferred
 
 
+def _fold_rounds(sk: onnx.ModelProto) -> int:
+    """Rounds of inference a model of this size may take (``MAX_FOLD_ROUNDS``, ``FOLD_NODE_ROUNDS``)."""
+    return max(4, min(MAX_FOLD_ROUNDS, FOLD_NODE_ROUNDS // max(1, len(sk.graph.node))))
+
+
 def _small_result(node: onnx.NodeProto, ins: list) -> bool:
     """Will a shape-making op produce at most KEEP_DATA_ELEMENTS elements?"""
     try:
@@ -317,7 +325,7 @@ def contrib_shapes(sk: onnx.ModelProto, inferred: onnx.ModelProto, label: str):
     operator-format ops of ``ops.CONTRIB_QUANT`` those of their float op, inferred on a one-node
     model. Inference runs again from them, round after round while a round adds a shape (a
     QLinearConv between two QLinearAdds needs onnx's inference in between)."""
-    for _ in range(MAX_FOLD_ROUNDS):
+    for _ in range(_fold_rounds(sk)):
         extra = _contrib_round(sk, inferred)
         if not extra:
             break
