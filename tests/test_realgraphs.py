@@ -209,9 +209,25 @@ def test_deploy_refuses_a_sub_model_onnxruntime_cannot_load(tmp_path, monkeypatc
         return sub
 
     monkeypatch.setattr(build, "build_submodel", broken)
-    with pytest.raises(PlannerError, match=r"stage 0 on d0 \(d0/stage000.onnx\): onnxruntime cannot load"):
+    with pytest.raises(PlannerError, match=r"stage 0 on d0 \(d0/stage000.onnx\): onnxruntime cannot load") as err:
         deploy(inst, one_stage_per_layer(inst), tmp_path / "dep")
+    assert "nor the model itself" not in str(err.value)  # the model loads: the split is at fault
     assert not (tmp_path / "dep" / "manifest.json").exists()
+
+
+def test_deploy_says_when_the_model_itself_does_not_load(tmp_path):
+    """onnxruntime's quantiser wrote ConvNeXt and Swin models whose QLinearAdd / QGemm read a
+    zero point of the wrong type: no split of them loads, and the error says the model is at fault."""
+    m = conv_chain(13)
+    m.graph.node.append(helper.make_node("Cast", ["y"], ["yi"], to=TensorProto.INT32))
+    m.graph.node.append(helper.make_node("Relu", ["yi"], ["z"]))  # Relu of int32: not in any opset
+    m.graph.output[0].CopyFrom(helper.make_tensor_value_info("z", TensorProto.INT32, None))
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    inst = instance(path)
+    with pytest.raises(PlannerError, match=r"cannot load the sub-model .*nor the model itself, so the model is "
+                                           r"invalid, not its split"):
+        deploy(inst, one_stage_per_layer(inst), tmp_path / "dep")
 
 
 def _float_net() -> onnx.ModelProto:

@@ -200,7 +200,8 @@ def _write_deployment(instance: Instance, plan: Plan, target: OutputDir, model, 
                     del sub  # one sub-model's weights at a time: built, written, dropped
                     source.release()
                     trim_heap()
-                    check_loadable(target.staged(model_file), f"stage {si} on {printable(names[d])} ({model_file})")
+                    check_loadable(target.staged(model_file), f"stage {si} on {printable(names[d])} ({model_file})",
+                                   whole=model_path(instance))
                     trim_heap()
                 specs.append(PartSpec(names[d], rng, model_file, ins, outs,
                                       cost.compute_s.get(d, 0.0), cost.recv_s.get(d, 0.0)))

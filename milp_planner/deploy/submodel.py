@@ -595,17 +595,30 @@ def build_submodel(source: ModelSource, first: int, last: int, axis: str, part: 
     return _Builder(source, first, last, axis, part, tag).build()
 
 
-def check_loadable(data, what: str) -> None:
+def check_loadable(data, what: str, whole: Path | None = None) -> None:
     """Refuse a sub-model (serialized, or the ``Path`` of its file) that onnxruntime cannot load,
-    naming ``what`` and the cause.
+    naming ``what`` and the cause; ``whole``: the model's file, loaded only then, to say whether
+    the model itself loads (if not, the model is invalid, not its split).
 
     ``deploy`` calls it on every sub-model before it reports success, so a folder that cannot
     run is an error at deploy time, not at ``run``. Without onnxruntime installed nothing is
     checked (the folder is then checked when it runs)."""
+    reason = load_error(data)
+    if reason is None:
+        return
+    msg = f"deploy: {what}: onnxruntime cannot load the sub-model ({reason})"
+    if whole is not None and whole.is_file() and (own := load_error(whole)) is not None:
+        msg += f"; nor the model itself, so the model is invalid, not its split ({own[:200]})"
+    raise PlannerError(msg)
+
+
+def load_error(data) -> str | None:
+    """Why onnxruntime cannot load the model (serialized, or the ``Path`` of its file), in one
+    line; None when it loads or onnxruntime is not installed."""
     try:
         import onnxruntime as ort
     except ImportError:
-        return
+        return None
     so = ort.SessionOptions()
     so.log_severity_level = 4
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -619,8 +632,8 @@ def check_loadable(data, what: str) -> None:
         ort.InferenceSession(str(data) if isinstance(data, Path) else data, so, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - onnxruntime raises several types; one line names the cause
         lines = [x.strip() for x in str(e).splitlines() if x.strip()]
-        reason = (lines[0] if lines else type(e).__name__)[:300]
-        raise PlannerError(f"deploy: {what}: onnxruntime cannot load the sub-model ({reason})") from None
+        return (lines[0] if lines else type(e).__name__)[:300]
+    return None
 
 
 def numpy_dtype_names(source: ModelSource, tensors) -> dict[str, str]:
