@@ -194,8 +194,8 @@ def fold_and_infer(sk: onnx.ModelProto, inferred: onnx.ModelProto, label: str) -
     axis was fixed, stays unknown. Here every node whose inputs are small known values
     (data-holding initializers, Constant nodes, Shape/Size of tensors of known shape) is
     evaluated with onnx's reference evaluator and replaced by an initializer in the skeleton,
-    and shapes are inferred again, until every shape is known or a round folds nothing. Weights are never involved: their
-    data is not in the skeleton.
+    and shapes are inferred again, until every shape is known or a round folds nothing
+    (``_fold_rounds`` at most). Weights are never involved: their data is not in the skeleton.
     """
     from onnx import numpy_helper
 
@@ -369,11 +369,10 @@ def _lstm_shapes(node: onnx.NodeProto, shapes: dict) -> list:
     return [(x[0], dirs, x[1], h), (dirs, x[1], h), (dirs, x[1], h)]
 
 
-def quant_inputs(node) -> list[str]:
+def quant_inputs(node: onnx.NodeProto) -> list[str]:
     """The inputs of a ``CONTRIB_QUANT`` node that its float op reads, in that op's order."""
-    op_type = getattr(node, "op_type", None) or node.op
-    inputs = list(node.input if hasattr(node, "input") else node.inputs)
-    idx = CONTRIB_QUANT[op_type][1]
+    inputs = list(node.input)
+    idx = CONTRIB_QUANT[node.op_type][1]
     idx = idx if idx is not None else range(2, len(inputs), 3)
     return [inputs[i] for i in idx if i < len(inputs) and inputs[i]]
 
