@@ -348,17 +348,20 @@ class ExactPlanner(Planner):
         if start is None or start.start is None or not self.options.get("polish", True):
             return
         max_options, symmetry = int(self.options.get("max_options", 250_000)), bool(self.options.get("symmetry", True))
-        if not ladder_pays(instance, ctx.objective, max_options, symmetry):
-            return
         left = ctx.remaining()
         budget = POLISH_S if left is None else min(POLISH_S, POLISH_SHARE * left)
         if budget < MIN_TRY_S:
             return
+        # the deadline bounds the space's size count too (16 devices' capacity cuts: 3 s)
+        deadline = time.perf_counter() + budget
+        if not ladder_pays(instance, ctx.objective, max_options, symmetry, deadline=deadline):
+            return
         ctx.report(phase="anytime start: combining the plans' stage layouts", force=True)
-        small = small_space(instance, max_options, symmetry)
-        exact = not (small and small_space(instance, max_options, symmetry, at_most=POLISH_EXACT_OPTIONS))
+        small = small_space(instance, max_options, symmetry, deadline=deadline)
+        exact = not (small and small_space(instance, max_options, symmetry, at_most=POLISH_EXACT_OPTIONS,
+                                           deadline=deadline))
         found = polish(instance, ctx.objective, start.ranked_plans(), upper=start.start.value,
-                       deadline=time.perf_counter() + budget, exact=exact)
+                       deadline=deadline, exact=exact)
         aside = small and bool(self.options.get("polish_aside", False))
         start.polish = {"tried": found.tried, "seconds": round(found.seconds, 3),
                         "best": found.value if found.plan is not None else None, "aside": aside}

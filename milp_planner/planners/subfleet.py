@@ -196,9 +196,11 @@ class SpaceSize(NamedTuple):
     largest: int  # of the largest stage counted
 
 
-def space_size(instance: Instance, symmetry: bool = True, stop_above: int | None = None) -> SpaceSize:
+def space_size(instance: Instance, symmetry: bool = True, stop_above: int | None = None,
+               deadline: float | None = None) -> SpaceSize:
     """The instance's ``SpaceSize``; counting stops once the total is above ``stop_above``.
-    Only cut vectors are listed (cached for the relaxation), no geometry."""
+    Only cut vectors are listed (cached for the relaxation), no geometry; ``TimeoutError`` past
+    ``deadline`` (a ``time.perf_counter()`` value: 16 devices' capacity cuts take seconds)."""
     from formulations.symmetry import device_types, order_count
     from milp_planner.space.cuts import cut_vectors, stage_extent
 
@@ -222,7 +224,7 @@ def space_size(instance: Instance, symmetry: bool = True, stop_above: int | None
                 if key not in per_axis:
                     count = 0
                     for k in range(2, kmax + 1):  # (the larger k, the more cut vectors to list)
-                        count += len(cut_vectors(instance, key[1], k)) * orders[k]
+                        count += len(cut_vectors(instance, key[1], k, deadline)) * orders[k]
                         if stop_above is not None and total + stage + count > stop_above:
                             return SpaceSize(total + stage + count, max(largest, stage + count))
                     per_axis[key] = count
@@ -234,7 +236,8 @@ def space_size(instance: Instance, symmetry: bool = True, stop_above: int | None
     return SpaceSize(total, largest)
 
 
-def ladder_pays(instance: Instance, objective: str, max_options: int, symmetry: bool = True) -> bool:
+def ladder_pays(instance: Instance, objective: str, max_options: int, symmetry: bool = True,
+                deadline: float | None = None) -> bool:
     """Whether the ladder may pay before the full search. Not for latency and energy over a
     small space (at most ``SMALL_SPACE_OPTIONS`` stage options, no stage over ``max_options``):
     the full search certifies those within seconds (VGG16 on 4 devices, 104,008 options: about
@@ -243,25 +246,26 @@ def ladder_pays(instance: Instance, objective: str, max_options: int, symmetry: 
     plans on larger spaces: AutoDiCE's VGG-19 on 4 and 8 boards (about 176,000 options), 8 and
     16 distinct devices (millions). Always with memory caps on more than ``SMALL_CAPPED_FLEET``
     devices. Never, for any objective, over a space of at most ``TINY_SPACE_OPTIONS`` options on at
-    most ``TINY_FLEET`` devices."""
+    most ``TINY_FLEET`` devices. Past ``deadline`` the space counts as not small."""
     if len(instance.devices) <= TINY_FLEET and small_space(instance, max_options, symmetry,
-                                                           at_most=TINY_SPACE_OPTIONS):
+                                                           at_most=TINY_SPACE_OPTIONS, deadline=deadline):
         return False
     if objective not in ("latency", "energy"):
         return True
     if instance.memory_capped and len(instance.devices) > SMALL_CAPPED_FLEET:
         return True
-    return not small_space(instance, max_options, symmetry)
+    return not small_space(instance, max_options, symmetry, deadline=deadline)
 
 
-def small_space(instance: Instance, max_options: int, symmetry: bool = True, at_most: int | None = None) -> bool:
+def small_space(instance: Instance, max_options: int, symmetry: bool = True, at_most: int | None = None,
+                deadline: float | None = None) -> bool:
     """At most ``at_most`` (default ``SMALL_SPACE_OPTIONS``) stage options in all
     (``space_size``) and no stage over ``max_options``."""
     if at_most is None:
         at_most = SMALL_SPACE_OPTIONS
     try:
-        size = space_size(instance, symmetry, stop_above=at_most)
-    except (PlannerError, TimeoutError):  # a split family too large to list: not small
+        size = space_size(instance, symmetry, stop_above=at_most, deadline=deadline)
+    except (PlannerError, TimeoutError):  # a split family too large to list, or no time to: not small
         return False
     return size.total <= at_most and size.largest <= max_options
 
