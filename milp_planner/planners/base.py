@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from milp_planner.certificate import Proof, certify, relative_gap
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.errors import PlannerError
 
 from milp_planner.cost.evaluator import Metrics, evaluate
@@ -196,12 +197,13 @@ class SolveContext:
         return time.perf_counter() - self.started
 
     @property
-    def deadline(self) -> float | None:
-        """The ``time.perf_counter()`` value at which the time limit runs out (None: no limit)."""
-        return None if self.time_limit is None else self.started + self.time_limit
+    def deadline(self) -> Deadline:
+        """When the time limit runs out (``NEVER`` without one)."""
+        return NEVER if self.time_limit is None else Deadline(self.started + self.time_limit)
 
     def remaining(self) -> float | None:
-        return None if self.time_limit is None else max(0.0, self.time_limit - self.elapsed())
+        """Seconds left (None without a limit)."""
+        return self.deadline.seconds()
 
     def report(self, **info) -> None:
         if self.progress is not None:
