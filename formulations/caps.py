@@ -24,12 +24,12 @@ exact best plan within the caps: a resource-constrained shortest path.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
+from milp_planner.deadline import NEVER, Deadline
 from formulations.budget import check_memory
 from formulations.dominance import undominated
 from formulations.dp import arc_cost, terminal_cost
@@ -92,7 +92,7 @@ class PathArrays:
         return path[::-1]
 
 
-def cap_arrays(sg: StageGraph, caps: list[int | None], deadline: float | None = None):
+def cap_arrays(sg: StageGraph, caps: list[int | None], deadline: Deadline = NEVER):
     """(capped devices, their caps, weights and working sets per arc x capped device, arcs
     that overflow no cap alone), in bytes as int64 so that a cap compares exactly.
     ``TimeoutError`` past ``deadline`` (checked every ``ARC_CHUNK`` arcs)."""
@@ -109,13 +109,13 @@ def cap_arrays(sg: StageGraph, caps: list[int | None], deadline: float | None = 
 ARC_CHUNK = 100_000  # arcs laid out between two deadline checks
 
 
-def arc_matrix(arcs, field: str, width: int, deadline: float | None = None, dtype=np.int64) -> np.ndarray:
+def arc_matrix(arcs, field: str, width: int, deadline: Deadline = NEVER, dtype=np.int64) -> np.ndarray:
     """(arcs, devices): each arc's per-device tuple ``field`` (e.g. ``weights``), built
     ``ARC_CHUNK`` arcs at a time: a round's graph can hold millions of arcs, and laying them
     out took 6 s past the deadline. ``TimeoutError`` past ``deadline``."""
     parts = []
     for lo in range(0, len(arcs), ARC_CHUNK):
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline.passed():
             raise TimeoutError("the time limit ran out while laying out the stage arcs")
         parts.append(np.array([getattr(a, field) for a in arcs[lo:lo + ARC_CHUNK]], dtype=dtype))
     return np.concatenate(parts).reshape(len(arcs), width) if parts else np.zeros((0, width), dtype=dtype)
@@ -145,7 +145,7 @@ class Fixing:
 
 def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndarray, usable: np.ndarray,
                    W: np.ndarray, K: np.ndarray, base: np.ndarray, term: np.ndarray, pa: PathArrays,
-                   deadline: float | None = None):
+                   deadline: Deadline = NEVER):
     """Prices for the memory rows (``lam``) and working-set rows (``nu``) of the path-flow LP,
     by HiGHS: ``([(lam, nu)], False)`` with its optimal duals (their Lagrangian bound is the LP
     bound), or whatever duals it has (zeros if none) when it stops otherwise. When HiGHS finds
@@ -218,8 +218,8 @@ def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndar
     lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = start, rows, vals
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    if deadline is not None:  # stopped early, its duals are still multipliers: the bounds they prove hold
-        h.setOptionValue("time_limit", max(0.1, deadline - time.perf_counter()))
+    if not deadline.never:  # stopped early, its duals are still multipliers: the bounds they prove hold
+        h.setOptionValue("time_limit", max(0.1, deadline.left()))
     h.passModel(lp)
     try:
         h.run()
@@ -254,7 +254,7 @@ def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndar
 
 def lagrangian_fixing(sg: StageGraph, objective: str, caps: list[int | None],
                       arrays: PathArrays | None = None, prior: Fixing | None = None,
-                      upper: float = math.inf, deadline: float | None = None) -> Fixing:
+                      upper: float = math.inf, deadline: Deadline = NEVER) -> Fixing:
     """The LP's multipliers, the bound they prove on the graph and on every arc.
 
     ``caps`` per device (None: uncapped). Arcs that alone overflow a cap get an infinite
@@ -262,7 +262,7 @@ def lagrangian_fixing(sg: StageGraph, objective: str, caps: list[int | None],
     ``prior`` (the fixing of an earlier graph of the same instance) with a finite ``upper``:
     its multipliers first drop the arcs no plan within ``upper`` can use, and the LP runs on
     the rest; the bounds then hold for plans no worse than ``upper`` (``Fixing.within``).
-    ``deadline`` (a ``time.perf_counter()`` value) stops the LP: any nonnegative multipliers
+    ``deadline`` stops the LP: any nonnegative multipliers
     prove valid (weaker) bounds.
     """
     pa = arrays or PathArrays(sg)
@@ -409,7 +409,7 @@ def _summed_columns(sg: StageGraph, cap: AdditiveCap) -> list[tuple[np.ndarray, 
 
 
 def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None], upper: float = math.inf,
-                         max_labels: int = 200_000, deadline: float | None = None, fixing: Fixing | None = None,
+                         max_labels: int = 200_000, deadline: Deadline = NEVER, fixing: Fixing | None = None,
                          arrays: PathArrays | None = None, additive: list[AdditiveCap] = ()):
     """The best path whose memory fits ``caps`` (per device: the weights of all its stages plus
     its largest working set, as the evaluator counts it) among those no worse than ``upper``,
@@ -430,7 +430,7 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
     some kept label crossed: a plan within the caps and ``upper`` that uses another arc would
     have a prefix no kept label dominates, so the exact solvers may drop every other arc.
 
-    Raises ``LabelLimit`` past ``max_labels`` labels or at ``deadline`` (``time.perf_counter()``).
+    Raises ``LabelLimit`` past ``max_labels`` labels or at ``deadline``.
     """
     pa = arrays or PathArrays(sg)
     n_arcs = len(sg.arcs)
@@ -504,7 +504,7 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
         n_kept += len(C)
         if n_kept > max_labels:
             raise LabelLimit(f"more than {max_labels} labels")
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline.passed():
             raise LabelLimit("the time limit ran out")
         check_memory()
         if math.isfinite(term[v]):

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from formulations.stagegraph import StageGraph
+from milp_planner.deadline import DeadlinePassed
 
 REL_TOL = 1e-6  # relative tolerance of the agreement between a solver and the evaluator
 
@@ -24,7 +25,7 @@ class SearchStopped(Exception):
         self.lower = lower
 
 
-class SpaceTimeout(SearchStopped):
+class SpaceTimeout(SearchStopped, DeadlinePassed):
     """The time limit ran out while enumerating the space; ``lower`` is what was proven."""
 
     def __init__(self, lower: float | None):

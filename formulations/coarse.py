@@ -66,6 +66,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from milp_planner.deadline import NEVER, Deadline
 from formulations.budget import MemoryBudgetExceeded, release_memory
 from milp_planner.cost.evaluator import Pricer, pricer
 from milp_planner.instance import Instance
@@ -96,13 +97,13 @@ _MEMO: list = []  # [(key, the objects the key names by id, LayoutBounds)], most
 
 def coarse_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
                   max_options: int = COARSE_OPTIONS, max_classes: int = COARSE_CLASSES,
-                  deadline: float | None = None, symmetry: bool = True,
+                  deadline: Deadline = NEVER, symmetry: bool = True,
                   grid: int | None = COARSE_GRID, weight_passes: int | None = None,
                   blocks: bool = False) -> LayoutBounds:
     """The coarse relaxation's cost-to-go bounds for ``objective`` (see the module): a
     ``LayoutBounds`` whose ``to_go[0].min()`` is a lower bound on every plan of the space.
 
-    Raises ``TimeoutError`` past ``deadline`` (a ``time.perf_counter()`` value) and
+    Raises ``TimeoutError`` past ``deadline`` and
     ``SpaceTooLarge`` when one merged type per device count still exceeds ``max_options``.
     ``weight_passes``: for the period, the most weighted passes that raise ``lower`` (default
     ``relaxation.WEIGHT_PASSES``; 0: the uniform weights only). ``blocks``: with link groups
@@ -147,10 +148,10 @@ class RefinedCoarse(NamedTuple):
                 "lower": float(self.bounds.lower), "passes": self.passes}
 
 
-def refined_coarse_bounds(instance: Instance, objective: str, deadline: float | None = None,
-                          symmetry: bool = True, refine_by: float | None = None) -> RefinedCoarse:
+def refined_coarse_bounds(instance: Instance, objective: str, deadline: Deadline = NEVER,
+                          symmetry: bool = True, refine_by: Deadline = NEVER) -> RefinedCoarse:
     """``coarse_bounds`` with the default grid, then with each grid of ``REFINE_GRIDS`` until
-    ``refine_by`` (a ``time.perf_counter()`` value, at most ``deadline``; None: ``deadline``) or
+    ``refine_by`` (at most ``deadline``) or
     until one raises the bound, then (with link groups) the grid kept with blocks in the time
     left, keeping the bounds of the highest ``lower``. Every grid's bound
     is a proof (see the module: widening regions only lowers a receive, and regions as they are
@@ -158,7 +159,7 @@ def refined_coarse_bounds(instance: Instance, objective: str, deadline: float | 
     that would not fit (less than ``REFINE_MARGIN`` times the first pass's time left) is not
     started, and one that runs out of time is dropped.
 
-    >>> refined_coarse_bounds(instance, "latency", deadline=time.perf_counter() + 30).info()  # doctest: +SKIP
+    >>> refined_coarse_bounds(instance, "latency", deadline=Deadline.after(30)).info()  # doctest: +SKIP
     {'grid': 'exact', 'lower': 0.0595..., 'passes': [...]}
     """
     t0 = time.perf_counter()
@@ -166,7 +167,7 @@ def refined_coarse_bounds(instance: Instance, objective: str, deadline: float | 
     first_s = time.perf_counter() - t0
     grid: int | None = COARSE_GRID
     passes = [{"grid": COARSE_GRID, "blocks": False, "lower": float(best.lower), "seconds": round(first_s, 3)}]
-    stop = deadline if refine_by is None else (refine_by if deadline is None else min(refine_by, deadline))
+    stop = min(refine_by, deadline)
     raised, blocked = False, False
     for g in REFINE_GRIDS:
         if raised:
@@ -183,14 +184,14 @@ def refined_coarse_bounds(instance: Instance, objective: str, deadline: float | 
     return RefinedCoarse(best, grid, passes, blocked)
 
 
-def coarse_pass(instance: Instance, objective: str, stop: float | None, symmetry: bool, grid: int | None,
+def coarse_pass(instance: Instance, objective: str, stop: Deadline, symmetry: bool, grid: int | None,
                 blocks: bool, first_s: float, passes: list) -> LayoutBounds | None:
     """One pass of the coarse relaxation (a refinement of ``refined_coarse_bounds``, or the
     pass with blocks of ``rounds._blocked_lower``), recorded in ``passes``; None when it would
     not fit before ``stop`` (less than ``REFINE_MARGIN * first_s`` left; not recorded) or ran
     out of time, size or memory."""
     started = time.perf_counter()
-    if stop is not None and stop - started < REFINE_MARGIN * first_s:
+    if stop.left() < REFINE_MARGIN * first_s:
         return None
     lb = None
     try:
@@ -205,7 +206,7 @@ def coarse_pass(instance: Instance, objective: str, stop: float | None, symmetry
     return lb
 
 
-def coarse_lower(instance: Instance, objective: str, deadline: float | None = None,
+def coarse_lower(instance: Instance, objective: str, deadline: Deadline = NEVER,
                  symmetry: bool = True) -> float:
     """The coarse relaxation's lower bound on every plan of the space (``LayoutBounds.lower``:
     for the period the best of its weighted passes)."""
@@ -215,7 +216,7 @@ def coarse_lower(instance: Instance, objective: str, deadline: float | None = No
 class _StageLayouts:
     """The part layouts (axis, ranges) of every stage, listed once."""
 
-    def __init__(self, instance: Instance, deadline: float | None):
+    def __init__(self, instance: Instance, deadline: Deadline):
         self.instance = instance
         self.deadline = deadline
         self._memo: dict = {}
@@ -294,7 +295,7 @@ class _MergedGroups:
     part at the least compute time of its type's devices."""
 
     def __init__(self, instance: Instance, pr: Pricer, layouts: _StageLayouts, types: DeviceTypes,
-                 deadline: float | None):
+                 deadline: Deadline):
         self.instance, self.pr, self.layouts, self.types, self.deadline = instance, pr, layouts, types, deadline
         self.orders: dict[int, tuple] = {}
         self._floors: dict[int, float] = {}  # id(group) -> its stage-time floor (the group is kept alive below)

@@ -4,18 +4,18 @@ and energy caps against the fastest and least-energy plans."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
+from milp_planner.deadline import NEVER, Deadline
 from formulations.dp import shortest_path
 from formulations.stagegraph import StageGraph, build_stage_graph
 
 from milp_planner.errors import PlannerError
 
 
-def explain_infeasible(sg: StageGraph, deadline: float | None = None) -> str:
+def explain_infeasible(sg: StageGraph, deadline: Deadline = NEVER) -> str:
     """Why no plan of the space is feasible, in terms a user can act on; it stops looking
-    (and says less) past ``deadline``, a ``time.perf_counter()`` value."""
+    (and says less) past ``deadline``."""
     inst = sg.instance
     whole = sg.upper is None
     if sg.upper is not None or any(c is not None for c in (d.memory_bytes for d in inst.devices)):
@@ -70,7 +70,7 @@ def explain_infeasible(sg: StageGraph, deadline: float | None = None) -> str:
     return "; ".join(msgs)
 
 
-def least_memory(sg: StageGraph, deadline: float | None = None):
+def least_memory(sg: StageGraph, deadline: Deadline = NEVER):
     """Smallest factor s such that some plan fits every device in s x its cap, and that plan's needs."""
     from ortools.sat.python import cp_model
 
@@ -93,7 +93,7 @@ def least_memory(sg: StageGraph, deadline: float | None = None):
         m.Add(cm.memory[d] * scale <= ratio * cap)
     m.Minimize(ratio)
     solver = cp_model.CpSolver()
-    left = 20.0 if deadline is None else deadline - time.perf_counter()
+    left = 20.0 if deadline.never else deadline.left()
     if left <= 0:
         return None, {}
     solver.parameters.max_time_in_seconds = min(20.0, left)

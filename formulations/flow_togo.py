@@ -58,11 +58,11 @@ not crediting the owned shares, or keeping the rows of earlier layers, breaks it
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.cost.evaluator import EXTERNAL
 from milp_planner.cost.flow import _FlowLP, _LPFailed
 from milp_planner.instance import Instance
@@ -146,16 +146,16 @@ class FlowToGo:
         return share, tensors
 
 
-def flow_to_go(instance: Instance, deadline: float | None = None, symmetric: bool = True) -> FlowToGo | None:
+def flow_to_go(instance: Instance, deadline: Deadline = NEVER, symmetric: bool = True) -> FlowToGo | None:
     """The energy floors of the module docstring, or None when the flow LP fails or is not
-    solved by ``deadline`` (a ``time.perf_counter()`` value)."""
+    solved by ``deadline``."""
     try:
         lp = _FlowLP(instance)
         lp.deadline = deadline
         value, y = lp._solve(lp.joules)
     except _LPFailed:
         return None
-    if deadline is not None and time.perf_counter() > deadline:
+    if deadline.passed():
         return None
     y = np.clip(np.nan_to_num(y, nan=0.0, posinf=0.0, neginf=0.0), 0.0, None)
     if symmetric:

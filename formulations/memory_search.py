@@ -30,7 +30,7 @@ incumbent (``planners.exact``, ``ExactPlanner.memory_start``); the bound stays t
 floor (``milp_planner.cost.floors``) or what the rounds prove.
 
 >>> from formulations.memory_search import memory_plans   # doctest: +SKIP
->>> found = memory_plans(instance, deadline=time.perf_counter() + 2)   # doctest: +SKIP
+>>> found = memory_plans(instance, deadline=Deadline.after(2))   # doctest: +SKIP
 >>> found.plan, found.value, found.source   # doctest: +SKIP
 """
 
@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Iterable
 
+from milp_planner.deadline import NEVER, Deadline
 from formulations.options import StageOption
 from formulations.restricted import Best, Space, search_spaces
 from milp_planner.errors import PlannerError
@@ -50,7 +51,7 @@ FAMILIES = ("uniform", "rotations")
 BEAMS = (1, 4, 16, 64)  # labels kept per node by the beam searches (a wider beam is not always better)
 
 
-def _balanced_cuts(instance: Instance, n: int, k: int, deadline: float | None) -> tuple | None:
+def _balanced_cuts(instance: Instance, n: int, k: int, deadline: Deadline) -> tuple | None:
     """The cut vector of least largest part among those of the space for ``k`` parts of ``n``
     (equal cuts when the space has them), or None when the space has none (or too many to list)."""
     if "equal" in instance.search.splits:
@@ -65,7 +66,7 @@ def _balanced_cuts(instance: Instance, n: int, k: int, deadline: float | None) -
     return min(vectors, key=lambda c: (max(b - a for a, b in ranges_from_cuts(c, n)), c))
 
 
-def family_options(instance: Instance, family: str, deadline: float | None = None) -> Callable[[int], list[StageOption]]:
+def family_options(instance: Instance, family: str, deadline: Deadline = NEVER) -> Callable[[int], list[StageOption]]:
     """The stage options of ``family`` for the one-layer stage of layer l (a function of l).
 
     Every option's layout is one of the space (split families, ``max_parts``, ``axes``:
@@ -102,7 +103,7 @@ def family_options(instance: Instance, family: str, deadline: float | None = Non
     return options
 
 
-def memory_plans(instance: Instance, deadline: float | None = None, upper: float = math.inf,
+def memory_plans(instance: Instance, deadline: Deadline = NEVER, upper: float = math.inf,
                  families: Iterable[str] = FAMILIES, widths: Iterable[int] = BEAMS) -> Best:
     """The best plan for the memory objective that beam searches (``beam_search``, each width
     of ``widths``) over the restricted graphs of ``families`` find within ``deadline`` (see the

@@ -50,6 +50,7 @@ from typing import Callable
 
 import numpy as np
 
+from milp_planner.deadline import NEVER, Deadline
 from formulations.caps import PathArrays, arc_matrix, cap_arrays
 from formulations.stagegraph import StageGraph
 from milp_planner.cost.evaluator import cap_limit
@@ -128,9 +129,9 @@ class _Problem:
     """The graph's arcs as label columns: summed columns ``add`` and maxed columns ``mx``, their
     terminal values and the suffix floors, and how a label's floor and caps are read."""
 
-    def __init__(self, sg: StageGraph, objective: str, pa: PathArrays, deadline: float | None = None):
+    def __init__(self, sg: StageGraph, objective: str, pa: PathArrays, deadline: Deadline = NEVER):
         def check():  # a graph of millions of arcs takes seconds to lay out (LabelBudget past the deadline)
-            if deadline is not None and time.perf_counter() > deadline:
+            if deadline.passed():
                 raise LabelBudget("the time limit ran out")
 
         check()
@@ -428,7 +429,7 @@ class _Lagrange:
 
 
 def _lagrange(sg: StageGraph, prob: _Problem, iterations: int = LAGRANGE_ITERATIONS, keep: int = 6,
-              deadline: float | None = None) -> _Lagrange:
+              deadline: Deadline = NEVER) -> _Lagrange:
     """Shortest paths under weightings of the devices (multiplicative weights towards the
     busiest one): good plans, and lower bounds. For weights ``w`` (summing to 1) every plan is
     worth at least ``w . (its per-device values)``, so the cheapest path under the weighted
@@ -471,7 +472,7 @@ def _lagrange(sg: StageGraph, prob: _Problem, iterations: int = LAGRANGE_ITERATI
         return _Lagrange(None, np.zeros((n_w, 0)), np.zeros(0))
     consider(found)
     for it in range(iterations):
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline.passed():
             break
         c, tc = prob.lag_costs(w)
         found, bound = path(c, tc)
@@ -501,7 +502,7 @@ def _lagrange(sg: StageGraph, prob: _Problem, iterations: int = LAGRANGE_ITERATI
 _SCREEN = 64  # labels of the least sum that screen the others before the exact dominance test
 
 
-def _pareto(X: np.ndarray, deadline: float | None) -> np.ndarray:
+def _pareto(X: np.ndarray, deadline: Deadline) -> np.ndarray:
     """``formulations.caps.undominated`` (sorted, each block of 256 rows against the rows kept),
     checking ``deadline`` per block: one node can receive hundreds of thousands of labels.
 
@@ -519,7 +520,7 @@ def _pareto(X: np.ndarray, deadline: float | None) -> np.ndarray:
     nk = 0
     block = 256
     for lo in range(0, n, block):
-        if deadline is not None and lo and time.perf_counter() > deadline:
+        if lo and deadline.passed():
             raise LabelBudget("the time limit ran out")
         hi = min(n, lo + block)
         xs = [c[lo:hi] for c in cols]
@@ -546,7 +547,7 @@ def _pareto(X: np.ndarray, deadline: float | None) -> np.ndarray:
     return kept[:nk]
 
 
-def _undominated(X: np.ndarray, deadline: float | None = None) -> np.ndarray:
+def _undominated(X: np.ndarray, deadline: Deadline = NEVER) -> np.ndarray:
     """Indices of the rows of ``X`` no other row dominates (nowhere larger; of equal rows the
     first), as ``formulations.caps.undominated`` (which sorts and then compares every row with
     every row kept). Many labels arrive at a node and most are dominated by one of a few good
@@ -571,7 +572,7 @@ def _undominated(X: np.ndarray, deadline: float | None = None) -> np.ndarray:
     return _pareto(X, deadline)
 
 
-def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: float | None,
+def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: Deadline,
            beam: int | None = None, stats: dict | None = None, meet: bool = False):
     """The best plan worth at most ``T`` that meets the caps: (arcs, value) or None, the labels
     kept and the support (bool per arc). Raises ``LabelBudget``.
@@ -584,7 +585,7 @@ def _probe(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: 
     return _probe_forward(sg, prob, T, max_labels, deadline, beam, stats)
 
 
-def _probe_forward(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: float | None,
+def _probe_forward(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: Deadline,
                    beam: int | None = None, stats: dict | None = None):
     """``_probe`` with labels extended from the source only.
 
@@ -603,7 +604,7 @@ def _probe_forward(sg: StageGraph, prob: _Problem, T: float, max_labels: int, de
     support = np.zeros(len(sg.arcs), dtype=bool)
 
     def out_of_time():
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline.passed():
             raise LabelBudget("the time limit ran out")
     n_bnd = int(bnd.max()) + 1
     waiting: list[list] = [[] for _ in range(n_bnd)]  # per boundary: (S, M, parent, arc, head) chunks
@@ -652,7 +653,7 @@ def _probe_forward(sg: StageGraph, prob: _Problem, T: float, max_labels: int, de
             n_kept += len(S)
             if n_kept > max_labels:
                 raise LabelBudget(f"more than {max_labels:,} labels")
-            if deadline is not None and time.perf_counter() > deadline:
+            if deadline.passed():
                 raise LabelBudget("the time limit ran out")
             if prob.is_term[v]:
                 val, ok = prob.floor(S, M, np.full(len(S), v))
@@ -724,7 +725,7 @@ def _extensions(prob: _Problem, S, M, gid, A, step: int, slack: float, support: 
         yield Sb[li] + prob.add[A[ai]], np.maximum(Mb[li], prob.mx[A[ai]]), gb[li], ai
 
 
-def _probe_meet(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: float | None,
+def _probe_meet(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: Deadline,
                 stats: dict | None = None):
     """``_probe`` with labels grown from both ends: **forward** labels (what a plan holds from
     the source to a node, floored by the suffix floors) and **backward** labels (what it holds
@@ -774,7 +775,7 @@ def _probe_meet(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadl
         return gid
 
     def tick():
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline.passed():
             raise LabelBudget("the time limit ran out")
 
     def pareto(S, M, link, arc):
@@ -913,13 +914,13 @@ def graph_floor(prob: _Problem, source: int) -> float:
 
 
 def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower: float = 0.0,
-                  max_labels: int = 2_000_000, deadline: float | None = None,
+                  max_labels: int = 2_000_000, deadline: Deadline = NEVER,
                   arrays: PathArrays | None = None) -> MinMaxResult:
     """The best plan of ``sg`` for ``objective`` (period or memory) that meets the instance's caps
     (memory, latency, energy) among those worth at most ``upper`` (see the module).
 
     ``lower``: a bound already proven for those plans. Exact unless stopped: at ``deadline``
-    (``time.perf_counter()``), or when probes ever closer to the proven bound all keep more
+    (a ``Deadline``), or when probes ever closer to the proven bound all keep more
     than ``max_labels`` labels, the result holds the best plan found and the proven bound
     (``stopped``).
     """
@@ -935,8 +936,7 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
     lo = max(lower, graph_floor(prob, sg.source))
     if not math.isfinite(lo):  # no path avoids the arcs that alone overflow a cap
         return MinMaxResult([], math.inf, upper, False, none_within=True)
-    now = time.perf_counter()
-    lag = _lagrange(sg, prob, deadline=None if deadline is None else now + LAGRANGE_SHARE * (deadline - now))
+    lag = _lagrange(sg, prob, deadline=deadline.share(LAGRANGE_SHARE))
     if len(lag.bounds):
         lo = max(lo, float(lag.bounds[0]))
         prob.set_weights(lag.weights)
@@ -947,8 +947,7 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
         T = min(inc_value, upper)
         if lo >= T * (1 - 1e-9):
             break
-        if width > _BEAMS[1] and (not improved or (deadline is not None and time.perf_counter() - beams_from >
-                                                   BEAM_SHARE * (deadline - time.perf_counter()))):
+        if width > _BEAMS[1] and (not improved or time.perf_counter() - beams_from > BEAM_SHARE * deadline.left()):
             break  # the wider beams only while the narrower ones improved and took little of the time left
         try:
             found, kept, _ = _probe(sg, prob, T, max_labels, deadline, beam=width)
@@ -969,10 +968,10 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
     ceiling_retries = 0
     while True:
         growth, cap = GROWTH, max_labels
-        if deadline is not None and refuted and per_label > 0:
+        if not deadline.never and refuted and per_label > 0:
             # a probe stopped by the deadline proves nothing: aim at what the time left holds,
             # and give up a probe past half of it for a smaller threshold
-            fits = (deadline - time.perf_counter()) / per_label / 2
+            fits = deadline.left() / per_label / 2
             growth = min(GROWTH, max(1.25, fits / max(1, refuted[-1][1])))
             cap = min(max_labels, max(1000, int(fits)))
         T = _next_threshold(first, lo, top, refuted, growth)
@@ -992,7 +991,7 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
         try:
             found, kept, support = _probe(sg, prob, T, cap, deadline, meet=meet)
         except LabelBudget:  # too many labels (or the deadline): a smaller threshold, while time is left
-            if (deadline is None or time.perf_counter() < deadline) and T > lo * (1 + 1e-6) and lo < top:
+            if not deadline.passed() and T > lo * (1 + 1e-6) and lo < top:
                 ceiling = T
                 continue
             return MinMaxResult(inc_arcs, inc_value, min(lo, top), False, stopped=True, labels=labels, probes=probes)
@@ -1005,7 +1004,7 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
                 # the support of a probe at the optimum itself is smaller (for the MILP and
                 # CP-SAT models): at most as long as the probe that found it took
                 took = time.perf_counter() - started
-                until = time.perf_counter() + took if deadline is None else min(deadline, time.perf_counter() + took)
+                until = deadline.within(took)
                 try:
                     again, kept, tight = _probe(sg, prob, value, max_labels, until, meet=meet)
                     labels += kept

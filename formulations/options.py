@@ -10,13 +10,13 @@ device types, the only orders the relaxation needs.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from itertools import permutations
 from math import perm
 
 import numpy as np
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.errors import PlannerError
 from milp_planner.cost.evaluator import Pricer
 from milp_planner.space.geometry import PartGeometry
@@ -48,7 +48,7 @@ class StageOption:
                      tuple(Part(names[d], r) for d, r in zip(self.devices, self.ranges)))
 
 
-def _layouts(instance: Instance, first: int, last: int, deadline: float | None = None):
+def _layouts(instance: Instance, first: int, last: int, deadline: Deadline = NEVER):
     """(axis, ranges) of every part layout of stage first..last in the search space."""
     g = instance.graph
     sp = instance.search
@@ -67,18 +67,18 @@ def _layouts(instance: Instance, first: int, last: int, deadline: float | None =
                 yield axis, tuple(ranges_from_cuts(cuts, n))
 
 
-def stage_options(instance: Instance, first: int, last: int, deadline: float | None = None,
+def stage_options(instance: Instance, first: int, last: int, deadline: Deadline = NEVER,
                   max_options: int | None = None) -> list[StageOption]:
     """Every stage option on layers first..last inside the instance's search space.
 
     Raises ``SpaceTooLarge`` above ``max_options`` options and ``TimeoutError`` past
-    ``deadline`` (a ``time.perf_counter()`` value)."""
+    ``deadline``."""
     n_dev = len(instance.devices)
     layouts = list(_layouts(instance, first, last, deadline))
     _check_count(instance, first, last, layouts, max_options)
     out = []
     for axis, ranges in layouts:
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline.passed():
             raise TimeoutError("the time limit ran out while listing the stage options")
         out.extend(StageOption(first, last, axis, ranges, assign) for assign in permutations(range(n_dev), len(ranges)))
     return out
@@ -121,7 +121,7 @@ class StageGroup:
 
 
 def stage_groups(instance: Instance, pr: Pricer, first: int, last: int,
-                 max_options: int | None = None, deadline: float | None = None,
+                 max_options: int | None = None, deadline: Deadline = NEVER,
                  types: DeviceTypes | None = None) -> list[StageGroup]:
     """The options of stage first..last, grouped by layout, with their prices.
 
@@ -133,7 +133,7 @@ def stage_groups(instance: Instance, pr: Pricer, first: int, last: int,
     _check_count(instance, first, last, layouts, max_options, types)
     out = []
     for axis, ranges in layouts:
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline.passed():
             raise TimeoutError("the time limit ran out while pricing the stage options")
         geos = pr.geometry.parts(first, last, axis, list(ranges))
         k = len(ranges)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Sequence
 
+from milp_planner.deadline import NEVER, Deadline
 from formulations.options import StageOption
 from formulations.restricted import Best, Space, search_spaces
 from milp_planner.instance import Instance
@@ -108,7 +109,7 @@ def layout_options(instance: Instance, devices: Sequence[int], layouts: Sequence
 
 
 def polish(instance: Instance, objective: str, plans: Sequence[Plan], upper: float = math.inf,
-           deadline: float | None = None, exact: bool = True) -> Best:
+           deadline: Deadline = NEVER, exact: bool = True) -> Best:
     """The best plan of the spaces built from ``plans`` (best first: the first rings use the
     first of them), if better than ``upper`` (see the module; ``restricted.search_spaces``). A
     heuristic: it proves nothing. ``exact``: for the period and memory, the label search follows

@@ -97,6 +97,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.cost.evaluator import Pricer, pricer
 from milp_planner.model.graph import last_readers
 from milp_planner.space.geometry import tensor_grid
@@ -394,15 +395,14 @@ def part_need(grp: StageGroup, pr: Pricer | None = None) -> int:
 
 
 def layout_bounds(instance: Instance, objective: str, pr: Pricer | None = None,
-                  max_options: int = 200_000, deadline: float | None = None,
+                  max_options: int = 200_000, deadline: Deadline = NEVER,
                   symmetry: bool = True, drop_overflow: bool = False,
                   weight_passes: int | None = None) -> LayoutBounds:
     """The relaxation's classes and cost-to-go bounds for ``objective``.
 
     With ``symmetry`` the tables list one device order per sequence of device types
     (``LayoutBounds.types``); without it, every device order. Raises ``SpaceTooLarge`` when
-    one stage has more than ``max_options`` options and ``TimeoutError`` past ``deadline`` (a
-    ``time.perf_counter()`` value). ``weight_passes``: for the period, the most weighted passes
+    one stage has more than ``max_options`` options and ``TimeoutError`` past ``deadline``. ``weight_passes``: for the period, the most weighted passes
     that raise ``LayoutBounds.lower`` (default ``WEIGHT_PASSES``; 0: the uniform weights only).
 
     The bounds depend on the graph, the devices' cost models and power, the network and the
@@ -476,7 +476,7 @@ class Coarsening:
 
 
 def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_options: int,
-                   deadline: float | None, symmetry: bool, coarse: Coarsening | None = None,
+                   deadline: Deadline, symmetry: bool, coarse: Coarsening | None = None,
                    overflow: float | None = None, passes: int = 0, blocks: bool = True) -> LayoutBounds:
     t0 = time.perf_counter()
     pr = pr or pricer(instance)
@@ -583,7 +583,7 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
     return lb
 
 
-def _table_floors(cost: "_FloorCost", lb: LayoutBounds, pr: Pricer, tab: StageTable, deadline: float | None,
+def _table_floors(cost: "_FloorCost", lb: LayoutBounds, pr: Pricer, tab: StageTable, deadline: Deadline,
                   coarse: bool) -> np.ndarray:
     """``tab.best`` under ``cost``'s weights: the least floor per (read layouts, exit). The
     coarse relaxation reads free from every class a stage too large to price (``tab.free``); a
@@ -606,7 +606,7 @@ def _table_floors(cost: "_FloorCost", lb: LayoutBounds, pr: Pricer, tab: StageTa
 BACKWARD_CHUNK_BYTES = 64 * 2**20
 
 
-def _backward(lb: LayoutBounds, best: dict, collapsed: list[bool], fl: int, deadline: float | None) -> list:
+def _backward(lb: LayoutBounds, best: dict, collapsed: list[bool], fl: int, deadline: Deadline) -> list:
     """The cost to go per boundary and class from the stages' least floors ``best`` ((first,
     last) -> (read layouts, exits))."""
     n = lb.n_layers
@@ -670,7 +670,7 @@ def _priced_weights(lb: LayoutBounds, w) -> np.ndarray:
 
 
 def _period_pass(lb: LayoutBounds, cost: "_FloorCost", pr: Pricer, w, collapsed, fl: int,
-                 deadline: float | None, coarse: bool):
+                 deadline: Deadline, coarse: bool):
     """(bound, to go, stage floors) of the period relaxation with device weights ``w``."""
     cost.weights, cost.raw_weights = _priced_weights(lb, w), _normalised(w)
     try:
@@ -685,7 +685,7 @@ def _period_pass(lb: LayoutBounds, cost: "_FloorCost", pr: Pricer, w, collapsed,
 
 
 def weighted_period_bound(lb: LayoutBounds, instance: Instance, w, pr: Pricer | None = None,
-                          deadline: float | None = None) -> float:
+                          deadline: Deadline = NEVER) -> float:
     """The period relaxation's bound with device weights ``w`` (any ``w >= 0``, normalised to
     sum 1; priced at the least weight of each orbit): a lower bound on every plan's period.
     ``lb`` is a period ``LayoutBounds`` (full or coarse) of ``instance``."""
@@ -698,7 +698,7 @@ def weighted_period_bound(lb: LayoutBounds, instance: Instance, w, pr: Pricer | 
 
 
 def _weighted_period(lb: LayoutBounds, instance: Instance, cost: "_FloorCost", pr: Pricer, collapsed,
-                     fl: int, deadline: float | None, passes: int, t0: float) -> None:
+                     fl: int, deadline: Deadline, passes: int, t0: float) -> None:
     """Raise ``lb.lower`` by weighted passes: the fluid bound's weights first, then
     multiplicative steps from the best weights so far towards the devices the cheapest relaxed
     plan loads most (a supergradient of the concave dual ``w -> min over plans of sum_d w_d
@@ -729,7 +729,7 @@ def _weighted_period(lb: LayoutBounds, instance: Instance, cost: "_FloorCost", p
     share = max(0.5, WEIGHT_SHARE * (began - t0))
     for it in range(passes):
         now = time.perf_counter()
-        if last is not None and (now + last > began + share or (deadline is not None and now + last > deadline)):
+        if last is not None and (now + last > began + share or now + last > deadline.at):
             break
         try:
             bound, to_go, floors = _period_pass(lb, cost, pr, w, collapsed, fl, deadline, lb._coarse)
@@ -833,7 +833,7 @@ class _FloorCost:
         self.grouped = None if node_of is None else grouped_links(instance, node_of, max(1, width))
 
     def least_floors(self, lb: LayoutBounds, pr: Pricer, tab: StageTable, read_keys: list[tuple],
-                     deadline: float | None = None, first: bool = False) -> np.ndarray:
+                     deadline: Deadline = NEVER, first: bool = False) -> np.ndarray:
         """(read layouts, exits): the least floor of the stage's options with each exit, from
         each layout of the tensors the stage reads. A ``first`` stage (from the source's
         state, where only the source holds the graph's inputs) also receives what it reads of
@@ -967,7 +967,7 @@ class _FloorCost:
         ``read_key``) of the option of exit ``exit`` whose weighted floor is least."""
         devices, comp, mask, _ = tab.flat()
         rr = np.zeros(comp.shape[::-1])  # (parts, options)
-        for r_t, which in self._terms(lb, pr, tab, [read_key], None, tab.first):
+        for r_t, which in self._terms(lb, pr, tab, [read_key], NEVER, tab.first):
             rr += r_t[:, which[0], :]
         f = (self._weighted_comp(tab, devices, comp, mask) + self.weights[devices] * rr.T * mask).sum(axis=1)
         if self.threshold is not None:  # the options the threshold leaves
@@ -986,7 +986,7 @@ class _FloorCost:
         return out
 
     def _terms(self, lb: LayoutBounds, pr: Pricer, tab: StageTable, read_keys: list[tuple],
-               deadline: float | None, first: bool, keep: np.ndarray | None = None, dtype=float) -> list:
+               deadline: Deadline, first: bool, keep: np.ndarray | None = None, dtype=float) -> list:
         """Per tensor the stage reads: ((parts, layouts + 1, options) received seconds, per read
         key the row of its layout); the last row: the tensor is not in the class, nothing.
         A ``first`` stage also receives the graph's inputs from the source (one row).
@@ -1211,7 +1211,7 @@ class _FloorCost:
 CHECK_EVERY = 4096  # Python-level items between two deadline and memory checks
 
 
-def _checked(items, deadline: float | None, every: int = CHECK_EVERY):
+def _checked(items, deadline: Deadline, every: int = CHECK_EVERY):
     """``items``, with ``_check(deadline)`` before every ``every``-th one."""
     for i, item in enumerate(items):
         if i % every == 0:
@@ -1219,7 +1219,7 @@ def _checked(items, deadline: float | None, every: int = CHECK_EVERY):
         yield item
 
 
-def _merge_classes(nxt: dict, exits: list[tuple], carries: list[tuple], deadline: float | None) -> np.ndarray:
+def _merge_classes(nxt: dict, exits: list[tuple], carries: list[tuple], deadline: Deadline) -> np.ndarray:
     """(exits, carries): the id in ``nxt`` (the next layer's classes, extended in place, row
     by row) of each exit class merged with each carried class. Millions of merges on wide
     DAGs (DenseNet, GoogLeNet): the deadline is checked every ``CHECK_EVERY`` of them."""
@@ -1240,9 +1240,9 @@ def _merge_classes(nxt: dict, exits: list[tuple], carries: list[tuple], deadline
     return out
 
 
-def _check(deadline: float | None, force: bool = False) -> None:
+def _check(deadline: Deadline, force: bool = False) -> None:
     check_memory(force)
-    if deadline is not None and time.perf_counter() > deadline:
+    if deadline.passed():
         raise TimeoutError("the time limit ran out while bounding the plan space")
 
 

@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from milp_planner.deadline import NEVER, Deadline
 from formulations.minmax import MINMAX, minmax_search
 from formulations.options import StageOption
 from formulations.stagegraph import Arc, StageGraph, Terminal, _state_key
@@ -64,11 +65,11 @@ class GraphTooLarge(RuntimeError):
 
 
 def restricted_graph(instance: Instance, options_of: Callable[[int], Iterable[StageOption]],
-                     deadline: float | None = None, max_arcs: int = MAX_ARCS) -> StageGraph:
+                     deadline: Deadline = NEVER, max_arcs: int = MAX_ARCS) -> StageGraph:
     """The stage graph of the plans whose stages are each one of ``options_of(b)``, the options
     starting at layer ``b`` (each ``first == b``; ``last`` may be any later layer).
 
-    Raises ``TimeoutError`` past ``deadline`` (a ``time.perf_counter()`` value) and
+    Raises ``TimeoutError`` past ``deadline`` and
     ``GraphTooLarge`` beyond ``max_arcs`` arcs."""
     pr = pricer(instance)
     n = len(instance.graph.layers)
@@ -79,7 +80,7 @@ def restricted_graph(instance: Instance, options_of: Callable[[int], Iterable[St
     arcs: list[Arc] = []
 
     def late() -> bool:
-        return deadline is not None and time.perf_counter() > deadline
+        return deadline.passed()
 
     for b in range(n):
         frontier = at.pop(b, [])
@@ -151,7 +152,7 @@ def _load_to_go(sg: StageGraph, tail: np.ndarray, head: np.ndarray, L: np.ndarra
     return togo
 
 
-def beam_search(sg: StageGraph, width: int, deadline: float | None = None,
+def beam_search(sg: StageGraph, width: int, deadline: Deadline = NEVER,
                 objective: str = "memory") -> tuple[list[int], float] | None:
     """A good path of ``sg`` for ``objective`` (its arcs and value, the evaluator's value of its
     plan), or None when no path meets the memory caps.
@@ -195,7 +196,7 @@ def beam_search(sg: StageGraph, width: int, deadline: float | None = None,
     best = (math.inf, -1)
     while pool:
         b = min(pool)
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline.passed():
             raise TimeoutError("the time limit ran out in the beam search")
         node, Wl, Kl, Ll, Cl, Tl, src, arc = (np.concatenate(x) for x in zip(*pool.pop(b)))
         score, tie = _scores(objective, shared, Wl, Kl, Ll, Cl, Tl, None if togo is None else togo[node])
@@ -251,7 +252,7 @@ def beam_search(sg: StageGraph, width: int, deadline: float | None = None,
 
 
 def search_spaces(instance: Instance, objective: str, spaces: Iterable[Space], *, widths: Sequence[int],
-                  upper: float = math.inf, deadline: float | None = None, exact: bool = False,
+                  upper: float = math.inf, deadline: Deadline = NEVER, exact: bool = False,
                   who: str = "restricted search") -> Best:
     """Each space in turn, until ``deadline``: its graph (``restricted_graph``; a space too large
     or past the deadline ends the loop), the best path of beam searches of each width and, with
@@ -262,7 +263,7 @@ def search_spaces(instance: Instance, objective: str, spaces: Iterable[Space], *
     started = time.perf_counter()
     best = Best()
     for space in spaces:
-        if deadline is not None and time.perf_counter() >= deadline:
+        if deadline.passed():
             break
         t0 = time.perf_counter()
         row = space.row
@@ -281,7 +282,7 @@ def search_spaces(instance: Instance, objective: str, spaces: Iterable[Space], *
                 break
             if got is not None and (found is None or got[1] < found[1]):
                 found = got
-        if exact and objective in MINMAX and (deadline is None or time.perf_counter() < deadline):
+        if exact and objective in MINMAX and not deadline.passed():
             labelled = minmax_search(sg, objective, deadline=deadline,
                                      upper=min(upper, best.value, found[1] if found is not None else math.inf))
             row["exact"] = "optimal" if labelled.optimal or labelled.none_within else "stopped"

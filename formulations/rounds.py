@@ -25,10 +25,10 @@ refusal, ``coarse`` goes straight to the coarse bound.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from milp_planner.deadline import Deadline
 from formulations.budget import MemoryBudgetExceeded, release_memory
 from formulations.caps import Fixing
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, loose
@@ -90,8 +90,7 @@ class RoundContext(Protocol):
     """What the rounds need of ``milp_planner.planners.base.SolveContext``."""
 
     objective: str
-    time_limit: float | None
-    started: float
+    deadline: Deadline
 
     def report(self, **info) -> None: ...
 
@@ -199,7 +198,7 @@ def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm
     return out
 
 
-def _threshold(st: _State, lb, instance: Instance, incumbent: float | None, deadline: float | None,
+def _threshold(st: _State, lb, instance: Instance, incumbent: float | None, deadline: Deadline,
                ctx: RoundContext) -> None:
     """Period: raise ``st.lower`` by the threshold probes (``formulations.threshold``) between
     it and the incumbent, within ``THRESHOLD_TIME`` of the time left; ``st.threshold`` records
@@ -210,9 +209,8 @@ def _threshold(st: _State, lb, instance: Instance, incumbent: float | None, dead
         return
     if st.lower >= incumbent * (1 - INCUMBENT_PROVEN):
         return
-    own = None if deadline is None else time.perf_counter() + THRESHOLD_TIME * max(0.0, deadline - time.perf_counter())
     ctx.report(phase="threshold probes", incumbent=incumbent, bound=st.lower, force=True)
-    found = threshold_search(lb, instance, st.lower, incumbent, deadline=own)
+    found = threshold_search(lb, instance, st.lower, incumbent, deadline=deadline.share(THRESHOLD_TIME))
     info = found.info()
     info["raised"] = found.lower > st.lower * (1 + 1e-6)  # (not by the float32 margins alone)
     info["from"] = st.lower
@@ -223,7 +221,7 @@ def _threshold(st: _State, lb, instance: Instance, incumbent: float | None, dead
 def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _State,
             build_graph=build_stage_graph) -> Exploration:
     obj = ctx.objective
-    deadline = None if ctx.time_limit is None else ctx.started + ctx.time_limit
+    deadline = ctx.deadline
     bounded = settings.bounded
     cap_at = math.inf if incumbent is None or not math.isfinite(incumbent) else loose(incumbent)
     minmax = obj in ("period", "memory")  # weak additive floors: the incumbent sets the bound
@@ -298,14 +296,13 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         st.rounds += 1
         ctx.report(phase=f"round {st.rounds}", within=upper if math.isfinite(upper) else None,
                    incumbent=min(known) if known else None, bound=st.lower, force=True)
-        now = time.perf_counter()
         trying = first_try and st.rounds == 1
         if known_try or trying:  # a first round from a known bound, or just above the relaxation's
             cap = min(max_arcs, budget)
         if trying:
-            build_by = None if deadline is None else now + 0.25 * (deadline - now)
+            build_by = deadline.share(0.25)
         else:
-            build_by = deadline if deadline is None or not jump or st.rounds == 1 else now + 0.75 * (deadline - now)
+            build_by = deadline if not jump or st.rounds == 1 else deadline.share(0.75)
         try:
             sg = build_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
                                    deadline=build_by, objective=obj if bounded else "latency",
@@ -313,10 +310,10 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
                                    bounds=bounds, memo=memo, to_go=to_go,
                                    reduction=reduction_for(instance, obj, settings.symmetry))
         except TimeoutError:
-            if trying and (deadline is None or time.perf_counter() < deadline):
+            if trying and not deadline.passed():
                 upper = cap_at  # the small first round took its share: straight to the plan known
                 continue
-            if jump and deadline is not None and time.perf_counter() < deadline:
+            if jump and not deadline.never and not deadline.passed():
                 overflowed.append((upper, math.inf))  # less time is left for any later round
                 # the jump's share of the time ran out: crawl up from the bound instead
                 jump, upper = False, done_upper * (1 + growth)
@@ -386,9 +383,9 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
                 # out of time, the whole space solved, or a solver that cannot prove more
                 return Exploration(st.best.graph if st.best else sg, st.best.found if st.best else None, st.lower,
                                    False, st.rounds, st.build_s,
-                                   timed_out=found.stopped or (deadline is not None and time.perf_counter() > deadline),
+                                   timed_out=found.stopped or deadline.passed(),
                                    lower_source=st.source(), coarse=st.coarse)
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline.passed():
             if st.best is None:
                 raise SpaceTimeout(st.lower)
             return st.stop(timed_out=True)
@@ -438,7 +435,7 @@ def graph_answer(sg: StageGraph, ctx: RoundContext, ws: WarmStart, solve_graph: 
     return solve_graph(sg, ctx, ws)
 
 
-def _flow_to_go(instance: Instance, obj: str, deadline: float | None):
+def _flow_to_go(instance: Instance, obj: str, deadline: Deadline):
     """Energy: the flow LP's floors after a boundary from an exact state
     (``formulations.flow_togo``), its LP within ``FLOOR_TIME`` of the time left; None for the
     other objectives or when the LP fails."""
@@ -446,15 +443,13 @@ def _flow_to_go(instance: Instance, obj: str, deadline: float | None):
         return None
     from formulations.flow_togo import flow_to_go
 
-    left = None if deadline is None else max(0.0, deadline - time.perf_counter())
-    return flow_to_go(instance, deadline=None if left is None else time.perf_counter() + FLOOR_TIME * left)
+    return flow_to_go(instance, deadline=deadline.share(FLOOR_TIME))
 
 
-def _floor(instance: Instance, obj: str, deadline: float | None) -> float:
+def _floor(instance: Instance, obj: str, deadline: Deadline) -> float:
     """``milp_planner.cost.floors.lower_floor`` (usually remembered from the anytime start),
     its LP within ``FLOOR_TIME`` of the time left."""
-    left = None if deadline is None else max(0.0, deadline - time.perf_counter())
-    return lower_floor(instance, obj, deadline=None if left is None else time.perf_counter() + FLOOR_TIME * left).value
+    return lower_floor(instance, obj, deadline=deadline.share(FLOOR_TIME)).value
 
 
 class CoarseOnly(SearchStopped):
@@ -465,20 +460,19 @@ class CoarseOnly(SearchStopped):
     memory: bool = False
 
 
-def _full_bounds(instance, obj, deadline, settings):
+def _full_bounds(instance, obj, deadline: Deadline, settings):
     """The full relaxation; under ``auto`` within half the time left, plus half the
     ``relaxation_credit`` (else the coarse one runs)."""
     if settings.relaxation == "coarse":
         raise SpaceTooLarge("the coarse relaxation was asked for (relaxation=coarse)")
     own = deadline
-    if settings.relaxation == "auto" and deadline is not None:
-        left = max(0.0, deadline - time.perf_counter())
-        own = time.perf_counter() + min(left, (left + max(0.0, settings.relaxation_credit)) / 2)
+    if settings.relaxation == "auto" and not deadline.never:
+        own = deadline.within((deadline.left() + max(0.0, settings.relaxation_credit)) / 2)
     return layout_bounds(instance, obj, deadline=own, max_options=settings.max_options, symmetry=settings.symmetry,
                          drop_overflow=True)  # the rounds' graphs leave out arcs that overflow a memory cap
 
 
-def _blocked_lower(instance: Instance, obj: str, deadline: float | None, settings: RoundSettings, bounds,
+def _blocked_lower(instance: Instance, obj: str, deadline: Deadline, settings: RoundSettings, bounds,
                    st: _State) -> float:
     """The coarse relaxation's bound with link-group blocks (regions as they are), when the
     full relaxation ``bounds`` had to leave blocks out (``LayoutBounds.blocks_off``: too many
@@ -491,10 +485,8 @@ def _blocked_lower(instance: Instance, obj: str, deadline: float | None, setting
 
     if obj not in BLOCKED_OBJECTIVES or not getattr(bounds, "blocks_off", "") or node_ids(instance) is None:
         return -math.inf
-    now = time.perf_counter()
-    own = None if deadline is None else now + BLOCKS_SHARE * max(0.0, deadline - now)
     passes: list[dict] = []
-    lb = coarse_pass(instance, obj, own, settings.symmetry, None, True, 0.0, passes)
+    lb = coarse_pass(instance, obj, deadline.share(BLOCKS_SHARE), settings.symmetry, None, True, 0.0, passes)
     lower = None if lb is None else float(lb.lower)
     st.coarse = {"grid": "exact", "blocks": lower is not None, "lower": lower, "passes": passes,
                  "beside": f"the full relaxation without blocks ({bounds.blocks_off})"}
@@ -502,7 +494,7 @@ def _blocked_lower(instance: Instance, obj: str, deadline: float | None, setting
     return st.coarse_lower
 
 
-def _coarse_only(instance, obj, deadline, settings, incumbent, st: _State, why: Exception,
+def _coarse_only(instance, obj, deadline: Deadline, settings, incumbent, st: _State, why: Exception,
                  ctx: RoundContext) -> Exploration:
     """The coarse relaxation's bound, the full one having refused (``why``): with an
     incumbent, an exploration that proves that bound; without one, ``CoarseOnly``."""
@@ -520,10 +512,8 @@ def _coarse_only(instance, obj, deadline, settings, incumbent, st: _State, why: 
     release_memory()
     try:
         if obj in REFINED_OBJECTIVES:
-            now = time.perf_counter()
-            refine_by = None if deadline is None else now + REFINE_SHARE * max(0.0, deadline - now)
             refined = refined_coarse_bounds(instance, obj, deadline=deadline, symmetry=settings.symmetry,
-                                            refine_by=refine_by)
+                                            refine_by=deadline.share(REFINE_SHARE))
             lb, st.coarse = refined.bounds, refined.info()
         else:
             lb = coarse_bounds(instance, obj, deadline=deadline, symmetry=settings.symmetry)

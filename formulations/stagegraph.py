@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.cost.evaluator import EXTERNAL, Pricer, cap_limit, next_owners, price_gather, price_stage, pricer
 from milp_planner.model.graph import last_readers
 from milp_planner.space.geometry import full_region
@@ -172,7 +173,7 @@ def terminal_floor(term: "Terminal", objective: str, n_dev: int) -> float:
 
 
 def build_stage_graph(instance: Instance, max_arcs: int = 3_000_000, progress=None,
-                      deadline: float | None = None, *, objective: str = "latency",
+                      deadline: Deadline = NEVER, *, objective: str = "latency",
                       upper: float | None = None, drop_overflow: bool = False,
                       bounds: LayoutBounds | None = None, memo: dict | None = None,
                       reduction: str = "first-use", to_go: "FlowToGo | None" = None) -> StageGraph:
@@ -238,7 +239,7 @@ def gc_paused():
             gc.enable()
 
 
-def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: float | None, *, objective: str,
+def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: Deadline, *, objective: str,
                        upper: float | None, drop_overflow: bool, bounds: LayoutBounds | None, memo: dict | None,
                        reduction: str, to_go: "FlowToGo | None" = None) -> StageGraph:
     t0 = time.perf_counter()
@@ -315,7 +316,7 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: fl
     seen = 0  # options looked at: the deadline is checked every CHECK_EVERY of them
 
     def check():
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline.passed():
             raise TimeoutError("stage graph enumeration exceeded the time limit")
         check_memory()
 

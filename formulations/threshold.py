@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.cost.evaluator import Pricer, pricer
 from milp_planner.instance import Instance
 
@@ -96,7 +97,7 @@ class ThresholdSearch:
 
 
 def filtered_period_bound(lb: LayoutBounds, instance: Instance, threshold: float, w=None,
-                          pr: Pricer | None = None, deadline: float | None = None) -> float:
+                          pr: Pricer | None = None, deadline: Deadline = NEVER) -> float:
     """``L_w(T)``: the relaxation's bound with device weights ``w`` (None: uniform; normalised
     to sum 1) and every option with a part whose relaxed load exceeds ``threshold`` left out. A
     lower bound on the period of every plan with period at most ``threshold`` (inf: the
@@ -115,16 +116,16 @@ def filtered_period_bound(lb: LayoutBounds, instance: Instance, threshold: float
 
 
 def threshold_period_bound(lb: LayoutBounds, instance: Instance, lo: float, hi: float,
-                           deadline: float | None = None, **options) -> float:
+                           deadline: Deadline = NEVER, **options) -> float:
     """A lower bound on the period of every plan of the space, at least ``lo``: the largest
     threshold in ``[lo, hi]`` the filtered relaxation refutes (see the module). ``lb`` is a
     period ``LayoutBounds`` (full or coarse) of ``instance``; ``lo`` a bound already proven
-    (``lb.lower``), ``hi`` the period of a plan (the incumbent); ``deadline`` a
-    ``time.perf_counter()`` value. ``options``: those of ``threshold_search``."""
+    (``lb.lower``), ``hi`` the period of a plan (the incumbent); ``deadline`` a ``Deadline``.
+    ``options``: those of ``threshold_search``."""
     return threshold_search(lb, instance, lo, hi, deadline, **options).lower
 
 
-def threshold_search(lb: LayoutBounds, instance: Instance, lo: float, hi: float, deadline: float | None = None,
+def threshold_search(lb: LayoutBounds, instance: Instance, lo: float, hi: float, deadline: Deadline = NEVER,
                      pr: Pricer | None = None, max_probes: int = MAX_PROBES, passes: int = PROBE_PASSES,
                      seconds: float | None = None) -> ThresholdSearch:
     """Bisect ``[lo, hi]`` for the largest refuted threshold (see the module). ``seconds``: the
@@ -133,13 +134,13 @@ def threshold_search(lb: LayoutBounds, instance: Instance, lo: float, hi: float,
     if lb.objective != "period":
         raise ValueError("threshold bounds are period bounds")
     began = time.perf_counter()
+    share = max(MIN_SECONDS, THRESHOLD_SHARE * lb.build_time_s) if seconds is None else seconds
+    stop_at = deadline.within(share)
     out = ThresholdSearch(float(lo))
     if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo or lb._cost is None:
         out.stopped = "nothing to probe"
         return out
     pr = pr or pricer(instance)
-    share = max(MIN_SECONDS, THRESHOLD_SHARE * lb.build_time_s) if seconds is None else seconds
-    stop_at = began + share if deadline is None else min(deadline, began + share)
     orbits = device_types(instance, True).orbits
     n_dev = len(instance.devices)
     start = np.full(n_dev, 1.0 / n_dev) if lb.weights is None else _normalised(lb.weights)
@@ -171,7 +172,7 @@ def threshold_search(lb: LayoutBounds, instance: Instance, lo: float, hi: float,
 
 
 def _probe(lb: LayoutBounds, instance: Instance, pr: Pricer, T: float, start: np.ndarray, orbits, passes: int,
-           stop_at: float, last: float | None):
+           stop_at: Deadline, last: float | None):
     """(refuted, best bound, its weights, passes, seconds of the last pass) of threshold ``T``,
     or None when not one pass fit before ``stop_at`` (or ran out of time)."""
     cost = lb._cost
@@ -181,7 +182,7 @@ def _probe(lb: LayoutBounds, instance: Instance, pr: Pricer, T: float, start: np
     w, step, misses, n = start, STEP, 0, 0
     while n < passes:
         now = time.perf_counter()
-        if last is not None and now + last > stop_at:
+        if last is not None and last > stop_at.left():
             break
         cost.threshold = T
         try:

@@ -11,11 +11,11 @@ to look below.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from milp_planner.deadline import NEVER, Deadline
 from formulations.caps import Fixing, LabelLimit, PathArrays, additive_caps, capped_shortest_path, lagrangian_fixing
 from formulations.certificate import loose
 from formulations.dp import ADDITIVE, arc_cost, prefix_suffix, shortest_path, terminal_cost
@@ -71,7 +71,7 @@ def memory_caps(sg: StageGraph) -> list[int | None]:
     return [dev.memory_bytes if inst.constraints.memory else None for dev in inst.devices]
 
 
-def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None, prior: Fixing | None = None,
+def dp_warm_start(sg: StageGraph, objective: str, deadline: Deadline = NEVER, prior: Fixing | None = None,
                   *, capped_search: bool = True, max_labels: int = 2_000_000,
                   lagrange_rounds: int = 12) -> WarmStart:
     """A plan to start the solvers from, and the DP's bound.
@@ -125,9 +125,8 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None,
         lagrangian = None if fixing is None or additive else fixing.incumbent
         if lagrangian is not None:
             upper = min(upper, lagrangian[1])
-        now = time.perf_counter()
         # at most a third of the time left: the solvers need the rest if it gives up
-        until = None if deadline is None else now + max(0.0, deadline - now) / 3
+        until = deadline.share(1 / 3)
         found = None
         if lo <= loose(upper):
             # deepening: a search within a smaller bound keeps far fewer labels, and finds
@@ -177,7 +176,7 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: float | None = None,
     return WarmStart(best[0], best[1].value(objective), bound, True, fixing=fixing)
 
 
-def minmax_warm_start(sg: StageGraph, objective: str, deadline: float | None = None, *,
+def minmax_warm_start(sg: StageGraph, objective: str, deadline: Deadline = NEVER, *,
                       max_labels: int = 2_000_000) -> WarmStart:
     """The exact min-max search (``formulations.minmax``) over one round's graph, as a warm start.
 

@@ -56,6 +56,7 @@ import math
 import time
 from typing import Any, Callable
 
+from milp_planner.deadline import NEVER, Deadline
 from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget, parse_size, release_memory
 from formulations.pareto import (BoundStep, ParetoFront, ParetoPoint, capped_instance, check_objectives,
                                  hypervolume, lower_bound_set, next_cap, non_dominated, objective_value,
@@ -118,7 +119,7 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
 
     started = time.perf_counter()
     cap = float(getattr(instance.constraints, CAP_FIELD[within]))
-    deadline = None if time_limit is None else started + time_limit
+    deadline = Deadline.after(time_limit)
     try:
         with memory_budget(DEFAULT_BUDGET if budget is None else budget):
             sg = build_stage_graph(instance, objective=within, upper=cap, drop_overflow=True, deadline=deadline,
@@ -133,7 +134,7 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
     solver = pyo.SolverFactory("appsi_highs")
     fresh_highs_threads()
     solver.highs_options = {"threads": 1, **highs_options(len(m.ARCS))}
-    left = None if deadline is None else max(1.0, deadline - time.perf_counter())
+    left = None if deadline.never else max(1.0, deadline.left())
     results = solver.solve(m, load_solutions=False, timelimit=left, tee=False)
     tc = str(results.solver.termination_condition)
     info = {"lexicographic_graph_arcs": len(sg.arcs), "termination": tc}
@@ -165,7 +166,7 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
                       solve_time_s=time.perf_counter() - started)
 
 
-def _label_solve(sg, instance: Instance, objective: str, deadline: float | None, budget: int | None):
+def _label_solve(sg, instance: Instance, objective: str, deadline: Deadline, budget: int | None):
     """The lexicographic step by the exact label search (``formulations.caps.capped_shortest_path``)
     over ``sg``, which holds every plan within the ``within`` cap: the best plan within every
     latency, energy, period and memory cap, or the proof that there is none. None when it does
@@ -215,7 +216,7 @@ class _Run:
         self.solve_fn = solve
         self.uncapped_fn: Solve | None = None  # the steps without caps, when it differs (``pareto_front``)
         self.started = time.perf_counter()
-        self.deadline = None if time_limit is None else self.started + time_limit
+        self.deadline = NEVER if time_limit is None else Deadline(self.started + time_limit)
         self.max_points = max_points
         self.steps: list[BoundStep] = []
         self.solves = 0
@@ -225,10 +226,10 @@ class _Run:
         self.last_rss: int | None = None
 
     def remaining(self) -> float | None:
-        return None if self.deadline is None else max(0.0, self.deadline - time.perf_counter())
+        return self.deadline.seconds()
 
     def out_of_time(self) -> bool:
-        return self.deadline is not None and time.perf_counter() >= self.deadline
+        return self.deadline.passed()
 
     def solve(self, caps: dict[str, float], objective: str, within: str | None = None,
               time_limit: float | None = None):
@@ -291,10 +292,8 @@ class _Run:
             from milp_planner.cost.floors import lower_floor
 
             started = time.perf_counter()
-            left = self.remaining()
             floor = lower_floor(capped_instance(self.instance, caps), objective,
-                                deadline=started + min(FLOOR_LIMIT_S, FLOOR_SHARE * left if left is not None
-                                                       else FLOOR_LIMIT_S))
+                                deadline=self.deadline.share(FLOOR_SHARE).within(FLOOR_LIMIT_S))
             self.last_time_s = time.perf_counter() - started
             self.record(caps, objective, floor.value, "feasible", f"the {floor.source} floor (no search)")
             return float(floor.value)

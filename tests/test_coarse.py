@@ -19,6 +19,7 @@ from builders import IDENT, chain_graph, conv, device, make_instance, residual_g
 from test_exact import tiny
 from test_pricing_paths import floor_suffix
 
+from milp_planner.deadline import Deadline
 from formulations.coarse import COARSE_GRID, REFINE_GRIDS, coarse_bounds, refined_coarse_bounds
 from formulations.relaxation import layout_bounds
 from formulations.stagegraph import build_stage_graph
@@ -173,7 +174,7 @@ def test_refined_coarse_bound_is_the_best_grid_and_never_exceeds_the_optimum(cas
 
 def test_refinement_is_skipped_without_time():
     inst = CASES["skip-3distinct"]()
-    refined = refined_coarse_bounds(inst, "latency", refine_by=0.0)
+    refined = refined_coarse_bounds(inst, "latency", refine_by=Deadline(0.0))
     assert [p["grid"] for p in refined.passes] == [COARSE_GRID] and refined.grid == COARSE_GRID
 
 

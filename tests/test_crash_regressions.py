@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import pytest
 
+from milp_planner.deadline import Deadline
 from milp_planner.cli import main
 from milp_planner.cost.floors import lower_floor
 from milp_planner.instance.generate import build_instance, random_spec, with_caps, write_case
@@ -27,7 +28,7 @@ from milp_planner.report.baselines import floor_reference, run_baselines
 
 def test_the_period_floor_with_its_lp_out_of_time_does_not_crash():
     inst = build_instance(random_spec(0))  # every layer splittable
-    fl = lower_floor(inst, "period", deadline=time.perf_counter() - 1.0)  # the flow LP gets no time
+    fl = lower_floor(inst, "period", deadline=Deadline(time.perf_counter() - 1.0))  # the flow LP gets no time
     assert fl.value >= 0 and fl.source in ("fluid", "compute-only")
     # not remembered: with time, the flow floor may be higher
     assert lower_floor(inst, "period").value >= fl.value
@@ -102,5 +103,5 @@ def test_the_infeasibility_explanation_without_time_to_list_the_space():
     inst = build_instance(random_spec(3))
     sg = build_stage_graph(inst, objective="latency", upper=1e-12, drop_overflow=True)
     assert not sg.terminals
-    text = explain_infeasible(sg, deadline=time.perf_counter() - 1.0)
+    text = explain_infeasible(sg, deadline=Deadline(time.perf_counter() - 1.0))
     assert "no plan of the space meets the caps" in text

@@ -12,6 +12,7 @@ import pytest
 
 from builders import CONV3, IDENT, chain_graph, conv, device, fc_graph, make_instance, residual_graph
 
+from milp_planner.deadline import Deadline
 import milp_planner.cost.flow as flow
 from milp_planner.cost.floors import lower_floor
 from milp_planner.errors import PlannerError
@@ -165,9 +166,9 @@ def test_a_deadline_leaves_the_flow_floor_out_and_unremembered():
     import time
 
     inst = CASES["chain-external-slow"]()
-    past = lower_floor(inst, "energy", deadline=time.perf_counter() - 1.0)
+    past = lower_floor(inst, "energy", deadline=Deadline(time.perf_counter() - 1.0))
     assert past.source == "compute-only"
-    assert flow.flow_floor(inst, "energy", deadline=time.perf_counter() - 1.0) is None
+    assert flow.flow_floor(inst, "energy", deadline=Deadline(time.perf_counter() - 1.0)) is None
     full = lower_floor(inst, "energy")  # not the remembered compute-only floor
     assert full.source == "flow" and full.value > past.value
-    assert lower_floor(inst, "energy", deadline=time.perf_counter() - 1.0) == full  # remembered now
+    assert lower_floor(inst, "energy", deadline=Deadline(time.perf_counter() - 1.0)) == full  # remembered now

@@ -15,6 +15,7 @@ from test_exact import tiny
 from test_flow_floor import CASES as FLOW_CASES
 from test_flow_floor import _optimum
 
+from milp_planner.deadline import Deadline
 import milp_planner.cost.flow_mip as fm
 from builders import CONV3, chain_graph, conv, device, fc_graph, make_instance
 from formulations.stagegraph import build_stage_graph
@@ -205,7 +206,7 @@ def test_an_overstated_term_breaks_the_bound(monkeypatch, what):
 
 def test_a_past_deadline_gives_no_mip():
     inst = EXTRA["overheads"]()
-    assert fm.flow_mip_floor(inst, deadline=time.perf_counter() - 1.0) is None
+    assert fm.flow_mip_floor(inst, deadline=Deadline(time.perf_counter() - 1.0)) is None
 
 
 def test_link_groups():

@@ -9,6 +9,7 @@ import pytest
 from timing import cpu_seconds
 from builders import chain_graph, device, make_instance
 
+from milp_planner.deadline import Deadline
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.errors import PlannerError
 from milp_planner.instance import SearchSpace
@@ -92,7 +93,7 @@ def test_restricted_plans_are_rescored_on_the_whole_instance_and_beat_the_incumb
     start = evaluate(slow, inst).value(objective)  # everything on the slowest device
     planner = get_planner("dp")
     ctx = SolveContext(objective, None)
-    rep = search_restricted(planner, inst, ctx, ladder(inst, objective), start, time.perf_counter() + 30, "test")
+    rep = search_restricted(planner, inst, ctx, ladder(inst, objective), start, Deadline.after(30), "test")
     assert scored and all(i is inst for i in scored)  # the whole instance, never the sub-fleet
     assert rep.best is not None and rep.best.value < start
     m = evaluate(rep.best.plan, inst)
@@ -101,7 +102,7 @@ def test_restricted_plans_are_rescored_on_the_whole_instance_and_beat_the_incumb
     # an incumbent no restricted plan can beat: nothing is returned, every search settles
     best = get_planner("dp").solve(inst, objective=objective)
     assert best.status == "optimal"
-    rep = search_restricted(planner, inst, ctx, ladder(inst, objective), best.value, time.perf_counter() + 30, "t")
+    rep = search_restricted(planner, inst, ctx, ladder(inst, objective), best.value, Deadline.after(30), "t")
     assert rep.best is None and all(t.settled for t in rep.tried)
 
 
@@ -199,15 +200,15 @@ def test_rung_starts_keep_a_baseline_plan_of_a_sub_fleet_that_beats_the_whole_fl
     whole = run_start(inst, "latency", 5.0, time_limit=5.0)
     rungs = ladder(inst, "latency")
     assert all("d1" not in r.devices for r in rungs)
-    rep = rung_starts(inst, "latency", rungs, whole.start.value, time.perf_counter() + 10)
+    rep = rung_starts(inst, "latency", rungs, whole.start.value, Deadline.after(10))
     assert [t.label for t in rep.tried] == [r.label for r in rungs]
     assert rep.best is not None and rep.best.value < whole.start.value * (1 - 1e-9)
     m = evaluate(rep.best.plan, inst)  # a plan of the whole instance, scored on it
     assert m.in_space and m.feasible and m.latency_s == pytest.approx(rep.best.value, rel=1e-12)
     assert "d1" not in {p.device for s in rep.best.plan.stages for p in s.parts}
     # nothing better than an incumbent they cannot beat; no time: nothing run
-    assert rung_starts(inst, "latency", rungs, 0.0, time.perf_counter() + 10).best is None
-    assert rung_starts(inst, "latency", rungs, None, time.perf_counter()).tried == []
+    assert rung_starts(inst, "latency", rungs, 0.0, Deadline.after(10)).best is None
+    assert rung_starts(inst, "latency", rungs, None, Deadline.after(0.0)).tried == []
 
 
 def test_counting_a_large_space_stops_at_the_deadline(monkeypatch):
@@ -221,9 +222,9 @@ def test_counting_a_large_space_stops_at_the_deadline(monkeypatch):
     devs = [device(f"d{i}", 1000 + 37 * i, "0.01") for i in range(16)]
     inst = make_instance(chain_graph(6), devs, search=SearchSpace(3, 4, ("equal", "capacity"), ("rows", "channels")))
     monkeypatch.setattr(cuts, "_CACHE", {})
-    assert not subfleet.small_space(inst, 250_000, deadline=time.perf_counter() - 1)
+    assert not subfleet.small_space(inst, 250_000, deadline=Deadline(time.perf_counter() - 1.0))
     assert all(key[3] < 4 for key in cuts._CACHE)  # the 4-part cuts were cut short, and not kept
     asked = []
     monkeypatch.setattr(exact, "ladder_pays", lambda *a, **k: asked.append(k) or False)
     get_planner("dp").solve(inst, time_limit=0.2)
-    assert all(k.get("deadline") is not None for k in asked)
+    assert all(not k["deadline"].never for k in asked)

@@ -4,12 +4,12 @@
 completion of the partial plan it bounds."""
 
 import math
-import time
 
 import numpy as np
 import pytest
 from test_minmax import CASES, _brute
 
+from milp_planner.deadline import NEVER, Deadline
 from formulations import minmax as mm
 from formulations.caps import PathArrays, undominated
 from formulations.stagegraph import build_stage_graph
@@ -53,7 +53,7 @@ def test_probes_agree_with_every_path(case, objective):
     check_probes(sg, prob, objective, opt, [opt * (1 - 1e-6), opt, *values[1:6], (values[0] + values[-1]) / 2,
                                            0.5 * opt])
     for width in (1, 2, 4):  # a beam is a heuristic: a plan, never better than the optimum
-        found, _, _ = mm._probe(sg, prob, math.inf, 10_000_000, None, beam=width)
+        found, _, _ = mm._probe(sg, prob, math.inf, 10_000_000, NEVER, beam=width)
         assert found is not None and found[1] >= opt * (1 - 1e-9)
         assert sg.path_value(found[0], objective) == pytest.approx(found[1], rel=1e-9)
 
@@ -62,7 +62,7 @@ def check_probes(sg, prob, objective, opt, thresholds, **kw):
     """Each probe finds nothing below the optimum and the optimum at or above it, its plan
     priced as the graph prices it and within the support (``kw``: ``_probe``'s options)."""
     for T in thresholds:
-        found, kept, support = mm._probe(sg, prob, T, 10_000_000, None, **kw)
+        found, kept, support = mm._probe(sg, prob, T, 10_000_000, NEVER, **kw)
         if T < opt * (1 - 1e-9):
             assert found is None, (T, opt)
         else:
@@ -116,7 +116,7 @@ def test_screened_dominance_equals_the_plain_test():
         assert len({tuple(r) for r in kept}) == len(kept)
         plain = undominated(X[:, 0], X[:, 1:])  # the same set of distinct rows as the plain test
         assert {tuple(r) for r in kept} == {tuple(r) for r in X[plain]}
-        assert {tuple(r) for r in X[mm._pareto(X, None)]} == {tuple(r) for r in kept}
+        assert {tuple(r) for r in X[mm._pareto(X, NEVER)]} == {tuple(r) for r in kept}
         dropped = np.setdiff1d(np.arange(n), got)
         for j in dropped[:300]:
             assert (kept <= X[j]).all(axis=1).any()
@@ -143,9 +143,9 @@ def test_a_ceiling_reached_is_tried_again(case, monkeypatch):
 
     monkeypatch.setattr(mm, "_probe", flaky)
     always = False
-    res = mm.minmax_search(sg, "period", lower=0.0, deadline=time.perf_counter() + 10)
+    res = mm.minmax_search(sg, "period", lower=0.0, deadline=Deadline.after(10))
     assert failed and failed[0] < opt  # (the case holds what it is meant to)
     assert res.optimal and res.value == pytest.approx(opt, rel=1e-9)
     always, failed = True, []
-    res = mm.minmax_search(sg, "period", lower=0.0, deadline=None)
+    res = mm.minmax_search(sg, "period", lower=0.0, deadline=NEVER)
     assert res.stopped and not res.optimal and res.lower <= opt * (1 + 1e-9)

@@ -24,7 +24,7 @@ def all_metrics(case):
     if case not in _space_cache:
         inst = CASES[case]()
         n, fl = len(inst.graph.layers), max(1, inst.search.fusion_limit)
-        options = {(b, e): stage_options(inst, b, e, None) for b in range(n) for e in range(b, min(n, b + fl))}
+        options = {(b, e): stage_options(inst, b, e) for b in range(n) for e in range(b, min(n, b + fl))}
         out = []
         for stack in _plans(options, n, fl):
             m = evaluate_stages([_stage_tuple(o) for o in stack], inst)

@@ -10,7 +10,6 @@ evaluator, a result not certified) follow at the end.
 from __future__ import annotations
 
 import math
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -22,6 +21,7 @@ from formulations.certificate import Exploration, GraphSolve, MemoryStop, SpaceT
 from formulations.rounds import RoundSettings, explore
 from formulations.stagegraph import SpaceTooLarge
 from milp_planner.errors import PlannerError
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.instance import SearchSpace
 
 INF = math.inf
@@ -69,8 +69,7 @@ def run(monkeypatch, script, incumbent=None, objective="latency", time_limit=Non
         empty = sg.solve is None
         return SimpleNamespace(fixing=None, empty=empty, capped_exact=False)
 
-    ctx = SimpleNamespace(objective=objective, time_limit=time_limit, started=time.perf_counter(),
-                          report=lambda **k: None)
+    ctx = SimpleNamespace(objective=objective, deadline=Deadline.after(time_limit), report=lambda **k: None)
     ex = explore(_instance(), ctx, lambda sg, c, ws: sg.solve, warm_start, settings or RoundSettings(), incumbent,
                  build_graph=build_graph)
     ex.built = built
@@ -340,7 +339,7 @@ def test_period_rounds_never_retry_a_bound_that_overflowed(monkeypatch):
     def warm_start(sg, objective, deadline, prior):
         return SimpleNamespace(fixing=None, empty=sg.solve is None, capped_exact=False)
 
-    ctx = SimpleNamespace(objective="period", time_limit=None, started=time.perf_counter(), report=lambda **k: None)
+    ctx = SimpleNamespace(objective="period", deadline=NEVER, report=lambda **k: None)
     ex = explore(_instance(), ctx, lambda sg, c, ws: sg.solve, warm_start, RoundSettings(), 1.5, build_graph=build_graph)
     failed = [u for u in built if u >= 1.4]
     assert failed[0] == pytest.approx(1.5)  # the jump

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from builders import chain_graph, device, make_instance, residual_graph
 
+from milp_planner.deadline import Deadline
 from milp_planner.cost.evaluator import Pricer, pricer
 from milp_planner.instance import SearchSpace, load_instance
 from milp_planner.instance.restrict import restrict_devices
@@ -162,7 +163,7 @@ def test_the_enumeration_pauses_the_garbage_collector_and_restores_it():
     sg = build_stage_graph(inst, objective="latency")
     assert sg.arcs and gc.isenabled()
     with pytest.raises(TimeoutError):
-        build_stage_graph(inst, objective="latency", deadline=0.0)
+        build_stage_graph(inst, objective="latency", deadline=Deadline(0.0))
     assert gc.isenabled()
     gc.disable()
     try:

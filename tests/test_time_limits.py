@@ -17,6 +17,7 @@ import pytest
 from timing import cpu_seconds, slack
 import yaml
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.errors import PlannerError
 from milp_planner.instance import load_instance
 from milp_planner.planners import get_planner, planner_names
@@ -146,7 +147,7 @@ def test_cut_enumeration_stops_at_the_deadline(tmp_path):
     cuts._CACHE.clear()
     n = 400  # C(399, 2) = 79,401 cut vectors: allowed, and long enough to pass a deadline
     with pytest.raises(TimeoutError):
-        cuts.cut_vectors(inst, n, 3, deadline=time.perf_counter() - 1.0)
+        cuts.cut_vectors(inst, n, 3, deadline=Deadline(time.perf_counter() - 1.0))
     assert len(cuts.cut_vectors(inst, n, 3)) == 399 * 398 // 2
 
 
@@ -259,7 +260,7 @@ def test_class_merge_in_chunks_is_the_plain_merge(every, monkeypatch):
     plain: dict = {(): 0}
     want = [[plain.setdefault(tuple(sorted(x + y)), len(plain)) for y in carries] for x in exits]
     nxt: dict = {(): 0}
-    got = relaxation._merge_classes(nxt, exits, carries, None)
+    got = relaxation._merge_classes(nxt, exits, carries, NEVER)
     assert got.tolist() == want and list(nxt) == list(plain)
     with pytest.raises(TimeoutError):
-        relaxation._merge_classes({}, exits, carries, time.perf_counter() - 1.0)
+        relaxation._merge_classes({}, exits, carries, Deadline(time.perf_counter() - 1.0))

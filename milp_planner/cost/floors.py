@@ -65,6 +65,7 @@ from __future__ import annotations
 import weakref
 from typing import NamedTuple
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.instance import Instance
 from milp_planner.instance.devices import CostModel
 from milp_planner.model.graph import Layer, input_rows, last_readers
@@ -97,11 +98,11 @@ _RECENT: list[tuple["weakref.ref[Instance]", str, "Floor"]] = []
 _RECENT_SIZE = 8
 
 
-def lower_floor(instance: Instance, objective: str | None = None, deadline: float | None = None) -> Floor:
+def lower_floor(instance: Instance, objective: str | None = None, deadline: Deadline = NEVER) -> Floor:
     """The best problem-specific lower bound on ``objective`` (default: the instance's) that
     holds for every plan of ``instance`` (see the module docstring for the proof). The last
     few are remembered per instance object (the exact planners ask before and after their
-    search). ``deadline`` (a ``time.perf_counter()`` value) bounds the flow floor's LP: past
+    search). ``deadline`` bounds the flow floor's LP: past
     it that floor is left out (and the result not remembered)."""
     objective = objective or instance.objective
     _RECENT[:] = [entry for entry in _RECENT if entry[0]() is not None]
@@ -116,7 +117,7 @@ def lower_floor(instance: Instance, objective: str | None = None, deadline: floa
     return floor
 
 
-def _lower_floor(instance: Instance, objective: str, deadline: float | None, complete: list[bool]) -> Floor:
+def _lower_floor(instance: Instance, objective: str, deadline: Deadline, complete: list[bool]) -> Floor:
     if objective == "memory":
         return Floor(float(_memory_floor(instance)), "weights")
     cover = _coverage(instance)
@@ -146,7 +147,7 @@ def _lower_floor(instance: Instance, objective: str, deadline: float | None, com
     return Floor(_safe(fluid), "fluid")
 
 
-def _with_flow(instance: Instance, objective: str, floor: Floor, deadline: float | None,
+def _with_flow(instance: Instance, objective: str, floor: Floor, deadline: Deadline,
                complete: list[bool]) -> Floor:
     """``floor``, or the flow floor (``milp_planner.cost.flow``: the transfers the layer graph
     forces, counted) when that is higher; ``complete[0]`` becomes False when the flow floor's LP
@@ -154,7 +155,7 @@ def _with_flow(instance: Instance, objective: str, floor: Floor, deadline: float
     from milp_planner.cost.flow import flow_floor
 
     flow = flow_floor(instance, objective, deadline=deadline)
-    if flow is None and deadline is not None:
+    if flow is None and not deadline.never:
         complete[0] = False
     if flow is not None and flow.value > floor.value:
         floor = Floor(flow.value, "flow")

@@ -42,12 +42,12 @@ every plan of the tiny instances.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.instance import Instance
 from milp_planner.model.graph import RowDep, input_rows
 
@@ -94,10 +94,9 @@ def row_ratio(dep: RowDep, h_out: int, h_in: int) -> float:
     return max(0.0, min(best, 1.0))
 
 
-def flow_floor(instance: Instance, objective: str, deadline: float | None = None) -> FlowFloor | None:
+def flow_floor(instance: Instance, objective: str, deadline: Deadline = NEVER) -> FlowFloor | None:
     """The flow floor of ``objective`` (``energy`` or ``period``) over every plan of
-    ``instance``, or None when the LP fails or is not solved by ``deadline`` (a
-    ``time.perf_counter()`` value; the caller keeps its other floors)."""
+    ``instance``, or None when the LP fails or is not solved by ``deadline`` (the caller keeps its other floors)."""
     if objective not in ("energy", "period"):
         raise ValueError(f"the flow floor bounds energy and period, not {objective!r}")
     try:
@@ -116,7 +115,7 @@ class _FlowLP:
     """The constraints of the module docstring: ``A x >= b``, ``0 <= x <= 1``; the columns
     (``_Column``) are the c, R and S shares, with their seconds and joules."""
 
-    deadline: float | None = None  # the LP's own: past it, no floor
+    deadline: Deadline = NEVER  # the LP's own: past it, no floor
 
     def __init__(self, instance: Instance):
         from milp_planner.cost.floors import _coverage, _time_floors
@@ -299,7 +298,7 @@ class _FlowLP:
         lp.a_matrix_.index_, lp.a_matrix_.value_ = rows[order], vals[order]
         h = highspy.Highs()
         h.setOptionValue("output_flag", False)
-        left = LP_TIME_LIMIT if self.deadline is None else min(LP_TIME_LIMIT, self.deadline - time.perf_counter())
+        left = min(LP_TIME_LIMIT, self.deadline.left())
         if left < MIN_LP_S:
             raise _LPFailed()
         h.setOptionValue("time_limit", float(left))

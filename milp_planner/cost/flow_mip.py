@@ -79,12 +79,12 @@ solves the MIP without the halo rows first (smaller), then with them, and keeps 
 
 from __future__ import annotations
 
-import time
 from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.cost.flow import FlowFloor, _FlowLP, _LPFailed
 from milp_planner.highs import PRESOLVE_RULES_OFF
 from milp_planner.instance import Instance
@@ -96,11 +96,10 @@ PLAIN_SHARE = 0.4  # of the time left: the MIP without halo rows, before the one
 _SCALE = 1e3  # seconds -> milliseconds inside the MIP
 
 
-def flow_mip_floor(instance: Instance, deadline: float | None = None,
+def flow_mip_floor(instance: Instance, deadline: Deadline = NEVER,
                    lp: _FlowLP | None = None, halo: bool = True, objective: str = "period") -> FlowFloor | None:
     """The flow MIP's proven period bound (``value``) and the MIP's best plan value found
-    (``lp_value``, inf when none), or None when there is no time (``deadline``, a
-    ``time.perf_counter()`` value) or HiGHS fails."""
+    (``lp_value``, inf when none), or None when there is no time (``deadline``) or HiGHS fails."""
     try:
         if lp is None:
             lp = _FlowLP(instance)
@@ -111,7 +110,7 @@ def flow_mip_floor(instance: Instance, deadline: float | None = None,
         return None
 
 
-def mip_floor(instance: Instance, objective: str = "period", deadline: float | None = None) -> FlowFloor | None:
+def mip_floor(instance: Instance, objective: str = "period", deadline: Deadline = NEVER) -> FlowFloor | None:
     """The best of two flow MIPs of ``objective`` (``period``, or ``energy``: with the memory
     caps) within ``deadline``: without the halo rows first (smaller, often
     solved to optimality in a second), within ``PLAIN_SHARE`` of the time left when the halo
@@ -120,9 +119,9 @@ def mip_floor(instance: Instance, objective: str = "period", deadline: float | N
         lp = _FlowLP(instance)
     except _LPFailed:
         return None
-    left = MIP_TIME_LIMIT if deadline is None else deadline - time.perf_counter()
-    first = flow_mip_floor(instance, time.perf_counter() + PLAIN_SHARE * left, lp, halo=False, objective=objective)
-    second = flow_mip_floor(instance, deadline if deadline is not None else time.perf_counter() + left * (1 - PLAIN_SHARE),
+    left = MIP_TIME_LIMIT if deadline.never else deadline.left()
+    first = flow_mip_floor(instance, Deadline.after(PLAIN_SHARE * left), lp, halo=False, objective=objective)
+    second = flow_mip_floor(instance, Deadline.after(left * (1 - PLAIN_SHARE)) if deadline.never else deadline,
                             lp, halo=True, objective=objective)
     found = [f for f in (first, second) if f is not None]
     return max(found, key=lambda f: f.value) if found else None
@@ -512,10 +511,10 @@ class _FlowMIP:
                             row[z[layer.id, x]] = row.get(z[layer.id, x], 0.0) - beta
                     add(row, terms.w_all - a * h_l - beta)
 
-    def solve(self, deadline: float | None) -> FlowFloor | None:
+    def solve(self, deadline: Deadline) -> FlowFloor | None:
         import highspy
 
-        left = MIP_TIME_LIMIT if deadline is None else min(MIP_TIME_LIMIT, deadline - time.perf_counter())
+        left = min(MIP_TIME_LIMIT, deadline.left())
         if left < MIN_MIP_S:
             return None
         n, m = self.n, len(self.rows)

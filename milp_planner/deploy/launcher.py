@@ -134,7 +134,7 @@ class _TimedOut(BaseException):
     """``--timeout`` ran out while the inputs were read."""
 
 
-def _handlers(deadline_s: float):
+def _handlers(seconds: float):
     """SIGINT and SIGTERM raise ``_Signalled``; SIGALRM at the deadline raises ``_TimedOut``.
     The previous handlers come back on exit. A no-op outside the main thread."""
     import contextlib
@@ -154,7 +154,7 @@ def _handlers(deadline_s: float):
 
         saved = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         saved[signal.SIGALRM] = signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, max(deadline_s, 0.001))
+        signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
         try:
             yield
         finally:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
@@ -163,8 +164,8 @@ def run_start(instance: Instance, objective: str, budget: float, seed: int = 0,
         plan, m, projected = res.plan, res.metrics, False
         if not m.in_space:
             try:
-                end = t0 + budget + (patience if best is None else 0.0)
-                plan = project(res.plan, instance, deadline=max(end, time.perf_counter() + PROJECT_S))
+                end = Deadline(t0 + budget + (patience if best is None else 0.0))
+                plan = project(res.plan, instance, deadline=end.at_least(PROJECT_S))
                 m = evaluate(plan, instance)
             except PlannerError as err:
                 outcomes[name] = f"outside the space, projection failed: {err}"
@@ -182,14 +183,14 @@ def run_start(instance: Instance, objective: str, budget: float, seed: int = 0,
     return StartReport(best, outcomes, time.perf_counter() - t0, values, plans)
 
 
-def project(plan: Plan, instance: Instance, deadline: float | None = None) -> Plan:
+def project(plan: Plan, instance: Instance, deadline: Deadline = NEVER) -> Plan:
     """``plan`` moved into the instance's space (see the module docstring); raises
-    ``PlannerError`` if a stage cannot be or past ``deadline`` (a ``time.perf_counter()`` value,
-    checked between stages)."""
+    ``PlannerError`` if a stage cannot be or past ``deadline`` (checked
+    between stages)."""
     fl = max(1, instance.search.fusion_limit)
     stages = []
     for s in plan.stages:
-        if deadline is not None and time.perf_counter() > deadline:
+        if deadline.passed():
             raise PlannerError("the start's time ran out while projecting")
         for first in range(s.first, s.last + 1, fl):
             stages.append(_project_stage(instance, s, first, min(s.last, first + fl - 1)))

@@ -88,12 +88,13 @@ def minmax_shares(A, K) -> tuple[list[float], float]:
         active.remove(worst)
 
 
-def energy_shares(A, K, E, deadline) -> list[float] | None:
-    """CoEdge's LP: shares x (sum 1, 0 <= x_i <= (deadline - K_i) / A_i) of least energy E.x,
-    or None when the deadline leaves no solution. With distinct energies its optimum is unique
-    and is filling the devices cheapest first (``_fill``), which spares importing scipy."""
+def energy_shares(A, K, E, latency_s: float) -> list[float] | None:
+    """CoEdge's LP: shares x (sum 1, 0 <= x_i <= (latency_s - K_i) / A_i) of least energy E.x,
+    or None when that latency (CoEdge's deadline) leaves no solution. With distinct energies its
+    optimum is unique and is filling the devices cheapest first (``_fill``), which spares
+    importing scipy."""
     n = len(A)
-    bounds = [(0.0, (deadline - K[i]) / A[i]) if K[i] < deadline else (0.0, 0.0) for i in range(n)]
+    bounds = [(0.0, (latency_s - K[i]) / A[i]) if K[i] < latency_s else (0.0, 0.0) for i in range(n)]
     decided, x = _fill(E, [hi for _, hi in bounds])
     if decided:
         return x
@@ -144,8 +145,8 @@ class CoEdgePlanner(Planner):
         mode = "minmax"
         if ctx.objective == "energy":
             cap = instance.constraints.latency_s
-            deadline = float(cap) if cap is not None else float(self.options.get("deadline_slack", 1.2)) * T
-            es = energy_shares(A, K, E, deadline)
+            latency = float(cap) if cap is not None else float(self.options.get("deadline_slack", 1.2)) * T
+            es = energy_shares(A, K, E, latency)
             if es is not None:
                 shares, mode = es, "lp-energy"
         devs = [d for d in range(n_dev) if shares[d] > 0]

@@ -20,9 +20,9 @@ The pieces:
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Iterable, Sequence
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.cost.evaluator import (
     EXTERNAL,
     Metrics,
@@ -250,12 +250,12 @@ def score(metrics: Metrics, objective: str) -> tuple[int, float]:
 
 
 def best_of(instance: Instance, candidates: Iterable[Sequence[StageT]], objective: str,
-            planner: str = "", deadline: float | None = None) -> tuple[Plan, Metrics, list[StageT]]:
+            planner: str = "", deadline: Deadline = NEVER) -> tuple[Plan, Metrics, list[StageT]]:
     """The candidate stage list with the best ``score`` (the first on ties); past ``deadline``
-    (a ``time.perf_counter()`` value) the best of those scored so far."""
+    the best of those scored so far."""
     best = None
     for stages in candidates:
-        if best is not None and deadline is not None and time.perf_counter() > deadline:
+        if best is not None and deadline.passed():
             break
         plan, m = evaluate_tuples(instance, stages, planner)
         if best is None or score(m, objective) < score(best[1], objective):
@@ -347,11 +347,11 @@ def stage_dp(instance: Instance, candidates: Callable[[int], Iterable[StageT]], 
     cheapest stage list is returned whatever ownership it leaves behind.
     """
     sim = sim or Sim(instance)
-    deadline = None if ctx is None else ctx.deadline
+    deadline = NEVER if ctx is None else ctx.deadline
     late = False  # past the deadline: one state per boundary (greedy) from here on
     # further past it (a share of the limit's 5 % slack): only the first candidate of each
     # boundary, so that finishing the plan costs one stage price per layer at most
-    hurry_at = None if deadline is None else deadline + min(1.0, 0.02 * (ctx.time_limit or 0.0))
+    hurry_at = NEVER if deadline.never else Deadline(deadline.at + min(1.0, 0.02 * (ctx.time_limit or 0.0)))
     use_energy = objective == "energy"
     n_layers = len(instance.graph.layers)
     n = n_layers if stop is None else stop
@@ -363,16 +363,16 @@ def stage_dp(instance: Instance, candidates: Callable[[int], Iterable[StageT]], 
         layer_states = states[b]
         if not layer_states:
             continue
-        late = late or (deadline is not None and time.perf_counter() > deadline)
+        late = late or deadline.passed()
         width = 1 if late else beam
         if width is not None and len(layer_states) > width:
             keep = sorted(layer_states.items(), key=lambda kv: kv[1][0])[:width]
             layer_states = states[b] = dict(keep)
         cands = list(candidates(b))
-        if hurry_at is not None and time.perf_counter() > hurry_at:
+        if hurry_at.passed():
             cands = cands[:1]
         for i, (key, (cost, own, _, _)) in enumerate(list(layer_states.items())):
-            if i and deadline is not None and time.perf_counter() > deadline:
+            if i and deadline.passed():
                 late = True  # the states expanded so far carry the plan to the end
                 break
             for st in cands:

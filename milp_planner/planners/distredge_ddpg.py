@@ -53,8 +53,8 @@ ctx.threads (default 1) intra-op threads: the same seed gives the same plan.
 
 from __future__ import annotations
 
-import time
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.errors import PlannerError
 from milp_planner.cost.evaluator import EXTERNAL, StagePrice, evaluate
 from milp_planner.instance import Instance
@@ -112,7 +112,7 @@ def _options(options: dict, n_dev: int) -> dict:
     return o
 
 
-def _volumes(instance: Instance, o: dict, seed: int, deadline: float | None = None) -> list[tuple[int, int]]:
+def _volumes(instance: Instance, o: dict, seed: int, deadline: Deadline = NEVER) -> list[tuple[int, int]]:
     n = len(instance.graph.layers)
     if o["volumes"] is not None:
         vols = [tuple(int(x) for x in v) for v in o["volumes"]]
@@ -239,7 +239,7 @@ class DistrEdgeDDPG(Planner):
         o = _options(self.options, n_dev)
         deadline = ctx.deadline
         # LC-PSS within a third of the limit (it keeps its last completed round)
-        vols = _volumes(instance, o, ctx.seed, None if deadline is None else ctx.started + ctx.time_limit / 3)
+        vols = _volumes(instance, o, ctx.seed, NEVER if deadline.never else Deadline(ctx.started + ctx.time_limit / 3))
         env = _Episode(instance, vols, ctx.objective)
         rng = np.random.default_rng(ctx.seed)
         sim = env.sim
@@ -266,7 +266,7 @@ class DistrEdgeDDPG(Planner):
         ref = ref if ref > 0 else 1.0
 
         def out_of_time() -> bool:
-            return deadline is not None and time.perf_counter() > deadline
+            return deadline.passed()
 
         with TorchState(torch, ctx.threads):
             torch.manual_seed(ctx.seed)

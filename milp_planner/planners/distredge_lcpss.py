@@ -35,10 +35,10 @@ completed) and the split search at it.
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
+from milp_planner.deadline import NEVER, Deadline, DeadlinePassed
 from milp_planner.cost.evaluator import pricer
 from milp_planner.space.geometry import intersect_cells
 from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
@@ -63,19 +63,15 @@ def _forced(instance) -> list[int]:
     return sorted(pts)
 
 
-class _OutOfTime(Exception):
-    """The LC-PSS deadline passed in the middle of a score."""
-
-
 class _Scorer:
     """Average LC-PSS score of partition schemes under a fixed set of random split decisions.
 
-    With a ``deadline`` (a ``time.perf_counter()`` value), computing a new volume past it raises
-    ``_OutOfTime``: one score of a long volume can take seconds on a large model.
+    With a ``deadline``, computing a new volume past it raises
+    ``DeadlinePassed``: one score of a long volume can take seconds on a large model.
     """
 
     def __init__(self, instance, rng: np.random.Generator, alpha: float, n_random: int,
-                 deadline: float | None = None):
+                 deadline: Deadline = NEVER):
         self.deadline = deadline
         self.inst = instance
         self.g = instance.graph
@@ -104,8 +100,7 @@ class _Scorer:
         key = (first, last, r)
         hit = self._vol.get(key)
         if hit is None:
-            if self.deadline is not None and time.perf_counter() > self.deadline:
-                raise _OutOfTime
+            self.deadline.check("LC-PSS")
             layer = self.g.layers[last]
             if not layer.row_splittable:
                 geos = self.geo.parts(first, last, "none", [None])
@@ -181,18 +176,17 @@ class _Scorer:
 
 
 def lcpss_volumes(instance, rng: np.random.Generator, alpha: float = 0.75, n_random: int = 100,
-                  deadline: float | None = None) -> list[tuple[int, int]]:
+                  deadline: Deadline = NEVER) -> list[tuple[int, int]]:
     """DistrEdge's LC-PSS (Algorithm 1): the layer-volumes as (first, last) layer ids, in order.
 
     ``rng`` draws the ``n_random`` random split decisions; layers that cannot be row-split are
-    volumes of their own. Deterministic for a given generator state. ``deadline`` (a
-    ``time.perf_counter()`` value) stops the search where it is: the scheme of the last round
+    volumes of their own. Deterministic for a given generator state. ``deadline`` stops the search where it is: the scheme of the last round
     completed is returned (the forced locations alone if the first round did not complete).
     """
     sc = _Scorer(instance, rng, alpha, n_random, deadline)
     rp = _forced(instance)
     try:
-        while deadline is None or time.perf_counter() < deadline:
+        while not deadline.passed():
             new = set(rp)
             for i in range(len(rp) - 1):
                 a, b = rp[i], rp[i + 1]
@@ -209,7 +203,7 @@ def lcpss_volumes(instance, rng: np.random.Generator, alpha: float = 0.75, n_ran
             if len(new) == len(rp):
                 break
             rp = sorted(new)
-    except _OutOfTime:
+    except DeadlinePassed:
         pass
     return [(rp[i], rp[i + 1] - 1) for i in range(len(rp) - 1)]
 
@@ -232,7 +226,7 @@ class DistrEdgeLCPSSPlanner(Planner):
         alpha = float(self.options.get("alpha", 0.75))
         n_random = int(self.options.get("n_random", 100))
         evals = int(self.options.get("evals", 300))
-        deadline = None if ctx.time_limit is None else ctx.started + 0.5 * ctx.time_limit
+        deadline = NEVER if ctx.time_limit is None else Deadline(ctx.started + 0.5 * ctx.time_limit)
         vols = lcpss_volumes(instance, rng, alpha, n_random, deadline)
         ctx.report(phase=f"LC-PSS: {len(vols)} layer-volumes")
         n_dev = len(instance.devices)

@@ -17,9 +17,9 @@ evaluator beyond 1e-6 relative (plus CP-SAT's stated rounding tolerance) raises 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 
+from milp_planner.deadline import NEVER, Deadline
 from formulations.budget import (DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget, parse_size, release_memory,
                                  size_problem)
 from formulations.caps import Fixing
@@ -213,8 +213,7 @@ class ExactPlanner(Planner):
         bound is the LP's) and a space proven infeasible."""
         if not self.exact or not self.anytime_capable or out.status == "infeasible":
             return []
-        deadline = None if ctx.time_limit is None else max(ctx.deadline, time.perf_counter() + FLOOR_GRACE_S)
-        floor = lower_floor(instance, out.objective, deadline=deadline)
+        floor = lower_floor(instance, out.objective, deadline=ctx.deadline.at_least(FLOOR_GRACE_S))
         return [Proof(floor.value, floor.source)]
 
     def solve_graph(self, sg: StageGraph, ctx: SolveContext, ws: WarmStart) -> GraphSolve:
@@ -300,9 +299,7 @@ class ExactPlanner(Planner):
         is one device behind a slow source link): no rounds are needed. Else None."""
         if start is None or start.start is None or not math.isfinite(start.start.value):
             return None
-        left = ctx.remaining()
-        floor = lower_floor(instance, ctx.objective,
-                            deadline=None if left is None else time.perf_counter() + FLOOR_SHARE * left)
+        floor = lower_floor(instance, ctx.objective, deadline=ctx.deadline.share(FLOOR_SHARE))
         if floor.value < start.start.value * (1 - OPTIMAL_GAP):
             return None
         return PlanResult(self.name, "feasible", ctx.objective, plan=start.start.plan,
@@ -320,11 +317,10 @@ class ExactPlanner(Planner):
         start (option ``memory_search``). Returns whether the incumbent improved."""
         if start is None or not self.options.get("memory_search", True):
             return False
-        left = ctx.remaining()
-        budget = MEMORY_SEARCH_S if left is None else min(MEMORY_SEARCH_S, MEMORY_SEARCH_SHARE * left)
         ctx.report(phase="anytime start: memory search over restricted spaces", force=True)
         upper = start.start.value if start.start is not None else math.inf
-        found = memory_plans(instance, deadline=time.perf_counter() + budget, upper=upper)
+        deadline = ctx.deadline.share(MEMORY_SEARCH_SHARE).within(MEMORY_SEARCH_S)
+        found = memory_plans(instance, deadline=deadline, upper=upper)
         start.memory_search = {"tried": found.tried, "seconds": round(found.seconds, 3),
                                "best": found.value if found.plan is not None else None}
         if found.plan is None:
@@ -348,12 +344,10 @@ class ExactPlanner(Planner):
         if start is None or start.start is None or not self.options.get("polish", True):
             return
         max_options, symmetry = int(self.options.get("max_options", 250_000)), bool(self.options.get("symmetry", True))
-        left = ctx.remaining()
-        budget = POLISH_S if left is None else min(POLISH_S, POLISH_SHARE * left)
-        if budget < MIN_TRY_S:
+        deadline = ctx.deadline.share(POLISH_SHARE).within(POLISH_S)
+        if deadline.left() < MIN_TRY_S:
             return
         # the deadline bounds the space's size count too (16 devices' capacity cuts: 3 s)
-        deadline = time.perf_counter() + budget
         if not ladder_pays(instance, ctx.objective, max_options, symmetry, deadline=deadline):
             return
         ctx.report(phase="anytime start: combining the plans' stage layouts", force=True)
@@ -399,8 +393,8 @@ class ExactPlanner(Planner):
         best = start.start.value if start.start else None
         ctx.report(phase="ladder: the fast baselines on each sub-fleet", incumbent=best, force=True)
         starts = rung_starts(instance, ctx.objective, rungs, best,
-                             time.perf_counter() + RUNG_STARTS_SHARE * ctx.time_limit, seed=ctx.seed)
-        deadline = time.perf_counter() + LADDER_SHARE * ctx.time_limit
+                             Deadline.after(RUNG_STARTS_SHARE * ctx.time_limit), seed=ctx.seed)
+        deadline = Deadline.after(LADDER_SHARE * ctx.time_limit)
         if starts.best is not None:
             best = starts.best.value
             start.start = Start(starts.best.plan, starts.best.value, starts.best.source, False)
@@ -425,11 +419,11 @@ class ExactPlanner(Planner):
         rule stay those of the whole space."""
         if not self.options.get("improve", True) or not self.options.get("anytime", True):
             return
-        if ctx.time_limit is None:
-            deadline = time.perf_counter() + NO_LIMIT_IMPROVE_S
+        if ctx.deadline.never:
+            deadline = Deadline.after(NO_LIMIT_IMPROVE_S)
         else:
-            deadline = ctx.deadline - IMPROVE_MARGIN_S
-        if deadline - time.perf_counter() < MIN_TRY_S:
+            deadline = Deadline(ctx.deadline.at - IMPROVE_MARGIN_S)
+        if deadline.left() < MIN_TRY_S:
             return
         if value is None:
             m = evaluate(res.plan, instance)
@@ -547,7 +541,7 @@ class ExactPlanner(Planner):
             return "the time limit stopped the search; the bound is the best proven"
         return "not certified: the plan space within the best plan is too large to enumerate"
 
-    def warm_start(self, sg: StageGraph, objective: str, deadline: float | None = None,
+    def warm_start(self, sg: StageGraph, objective: str, deadline: Deadline = NEVER,
                    prior: Fixing | None = None) -> WarmStart:
         """A plan to start the solvers from, and the DP's bound (``formulations.warmstart``)."""
         return dp_warm_start(sg, objective, deadline, prior,
@@ -618,7 +612,7 @@ class BruteForcePlanner(ExactPlanner):
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
         limit = int(self.options.get("max_plans", 200_000))
         obj = ctx.objective
-        deadline = None if ctx.time_limit is None else ctx.started + ctx.time_limit
+        deadline = ctx.deadline
         n = len(instance.graph.layers)
         fl = max(1, instance.search.fusion_limit)
         try:
@@ -628,7 +622,7 @@ class BruteForcePlanner(ExactPlanner):
             return PlanResult(self.name, "timeout", obj, message="the time limit ran out while listing the "
                               "stage options: no plan, and bruteforce proves no bound before it has seen every plan")
         total = _plan_count(options, n, fl)
-        if total > limit and deadline is None:
+        if total > limit and deadline.never:
             raise PlannerError(f"{instance.name}: {total} plans, more than max_plans {limit}; bruteforce is for "
                                "tiny instances (with --time-limit it returns the best plan seen in that time)")
         best_value, best_stack, seen = math.inf, None, 0
@@ -642,7 +636,7 @@ class BruteForcePlanner(ExactPlanner):
             if seen % 256 == 0:
                 ctx.report(phase=f"bruteforce: {seen} of {total} plans",
                            incumbent=best_value if best_stack is not None else None)
-            if deadline is not None and time.perf_counter() > deadline:
+            if deadline.passed():
                 break
         info = {"plans": seen, "plans_total": total}
         names = instance.device_names

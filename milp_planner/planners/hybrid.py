@@ -64,10 +64,10 @@ devices in a group; default and at most ``max_parts``).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from milp_planner.deadline import NEVER, Deadline, DeadlinePassed
 from formulations.stagegraph import memory_ceiling
 from milp_planner.cost.evaluator import Metrics, StagePrice, price_gather, price_stage, pricer
 from milp_planner.instance import Instance
@@ -343,10 +343,6 @@ def range_ends(sim: Sim) -> list[bool]:
     return ok
 
 
-class _Timeout(Exception):
-    pass
-
-
 def device_orders(instance: Instance, which: str = "all") -> list[DeviceOrder]:
     """The device orders the DP segments (module docstring), distinct, speed first."""
     spd = speeds(instance)
@@ -376,9 +372,9 @@ def device_orders(instance: Instance, which: str = "all") -> list[DeviceOrder]:
 
 
 def group_dp(p: _Pricing, order: DeviceOrder, fusions: Sequence[int], bound: float = INF,
-             max_group: int | None = None, deadline: float | None = None) -> GroupPlan | None:
+             max_group: int | None = None, deadline: Deadline = NEVER) -> GroupPlan | None:
     """The best pipeline of groups (contiguous segments of ``order``) by the DP of the module
-    docstring; None if none is below ``bound``. Raises ``_Timeout`` past ``deadline``."""
+    docstring; None if none is below ``bound``. Raises ``DeadlinePassed`` past ``deadline``."""
     seq = order.devices
     D = len(seq)
     n = p.n
@@ -403,8 +399,7 @@ def group_dp(p: _Pricing, order: DeviceOrder, fusions: Sequence[int], bound: flo
             if p.combine(lab.value, p.rest_from(i, factor[u])) >= bound or ahead[u] <= lab.value:
                 continue
             for k in range(1, min(K if p.cut_ok[i] else 1, D - u) + 1):
-                if deadline is not None and time.perf_counter() > deadline:
-                    raise _Timeout()
+                deadline.check("hybrid group DP")
                 group = tuple(sorted(seq[u:u + k], key=lambda d: (-p.spd[d], d)))
                 for fusion in (fusions if k > 1 else (1,)):  # one device: per-layer stages, the least memory
                     _sweep(p, table, lab, i, u + k, group, fusion, bound, factor[u], factor[u + k])
@@ -529,7 +524,7 @@ class HybridPlanner(Planner):
         status = "timeout" if found.timed_out else "feasible"
         return PlanResult(self.name, status, obj, plan=plan, info=info)
 
-    def _run(self, instance: Instance, obj: str, deadline: float | None, caps: bool) -> "_Found":
+    def _run(self, instance: Instance, obj: str, deadline: Deadline, caps: bool) -> "_Found":
         p = _Pricing(instance, obj, caps)
         found = _Found()
         plan, m = evaluate_tuples(instance, fastest_alone(p), self.name)
@@ -555,12 +550,12 @@ class HybridPlanner(Planner):
                 self._levels(instance, p, passes, (1,), 1, targets, found, deadline)
                 targets = [INF]
             self._levels(instance, p, passes, fus, max_group, targets, found, deadline)
-        except _Timeout:
+        except DeadlinePassed:
             found.timed_out = True
         return found
 
     def _levels(self, instance: Instance, p: _Pricing, passes, fus, max_group, targets, found: "_Found",
-                deadline) -> None:
+                deadline: Deadline) -> None:
         """Every pass under each target in turn (past the incumbent's value: under that value)
         until one gives a plan below the target. With targets growing from the ideal period the
         sweeps of a tight target stop early, so the levels that fail cost little; after the

@@ -42,10 +42,10 @@ tensors are priced in the DP: ``slowest`` or ``previous``).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 import numpy as np
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.cost.evaluator import pricer
 from milp_planner.instance import Instance
 from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
@@ -277,12 +277,12 @@ class Pipeline:
 
 
 def pipeline_dp(instance: Instance, objective: str, *, types: bool = True, max_devices: int | None = None,
-                skips: str = "slowest", caps: bool = True, deadline: float | None = None,
+                skips: str = "slowest", caps: bool = True, deadline: Deadline = NEVER,
                 top: int = 1) -> list[Pipeline]:
     """The ``top`` best pipelines of whole-layer ranges by the DP's value (module docstring),
     each the best of its final state (device multiset, last orbit); [] if none meets the caps.
 
-    ``deadline`` (a ``time.perf_counter()`` value) stops the DP between device multisets with
+    ``deadline`` stops the DP between device multisets with
     the best pipeline completed so far (the single-device pipelines are always completed)."""
     g = instance.graph
     n = len(g.layers)
@@ -323,7 +323,7 @@ def pipeline_dp(instance: Instance, objective: str, *, types: bool = True, max_d
     complete = True
     for level in range(1, limit if n >= 2 else 1):
         for c in levels[level]:
-            if deadline is not None and time.perf_counter() > deadline or len(V) >= max_states:
+            if deadline.passed() or len(V) >= max_states:
                 complete = False  # stopped: the pipelines completed so far
                 break
             cnt = _counts(c, radix, sizes)
@@ -403,7 +403,7 @@ class PipeEdgePlanner(Planner):
         names = instance.device_names
         best = None
         for rank, pipe in enumerate(found):
-            if rank and ctx.deadline is not None and time.perf_counter() > ctx.deadline:
+            if rank and ctx.deadline.passed():
                 break
             if best is not None and best[1].feasible and best[1].value(ctx.objective) <= pipe.value:
                 break  # the DP ranks the rest no better (its costs are the evaluator's up to the approximations)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import NamedTuple
 
+from milp_planner.deadline import NEVER, Deadline
 from formulations.budget import MemoryBudgetExceeded
 from formulations.certificate import MemoryStop, SearchStopped
 from milp_planner.cost.evaluator import evaluate
@@ -197,10 +198,10 @@ class SpaceSize(NamedTuple):
 
 
 def space_size(instance: Instance, symmetry: bool = True, stop_above: int | None = None,
-               deadline: float | None = None) -> SpaceSize:
+               deadline: Deadline = NEVER) -> SpaceSize:
     """The instance's ``SpaceSize``; counting stops once the total is above ``stop_above``.
     Only cut vectors are listed (cached for the relaxation), no geometry; ``TimeoutError`` past
-    ``deadline`` (a ``time.perf_counter()`` value: 16 devices' capacity cuts take seconds)."""
+    ``deadline`` (16 devices' capacity cuts take seconds)."""
     from formulations.symmetry import device_types, order_count
     from milp_planner.space.cuts import cut_vectors, stage_extent
 
@@ -237,7 +238,7 @@ def space_size(instance: Instance, symmetry: bool = True, stop_above: int | None
 
 
 def ladder_pays(instance: Instance, objective: str, max_options: int, symmetry: bool = True,
-                deadline: float | None = None) -> bool:
+                deadline: Deadline = NEVER) -> bool:
     """Whether the ladder may pay before the full search. Not for latency and energy over a
     small space (at most ``SMALL_SPACE_OPTIONS`` stage options, no stage over ``max_options``):
     the full search certifies those within seconds (VGG16 on 4 devices, 104,008 options: about
@@ -258,7 +259,7 @@ def ladder_pays(instance: Instance, objective: str, max_options: int, symmetry: 
 
 
 def small_space(instance: Instance, max_options: int, symmetry: bool = True, at_most: int | None = None,
-                deadline: float | None = None) -> bool:
+                deadline: Deadline = NEVER) -> bool:
     """At most ``at_most`` (default ``SMALL_SPACE_OPTIONS``) stage options in all
     (``space_size``) and no stage over ``max_options``."""
     if at_most is None:
@@ -328,10 +329,10 @@ def _sub(names, devices, max_parts, fusion_limit, what) -> Restriction:
 
 
 def rung_starts(instance: Instance, objective: str, rungs: list[Restriction], best_value: float | None,
-                deadline: float, seed: int = 0) -> ImproveReport:
+                deadline: Deadline, seed: int = 0) -> ImproveReport:
     """The fast baselines of the anytime start (``anytime_start.run_start``) on each rung's
-    sub-fleet in turn, smallest first, until ``deadline`` (a ``time.perf_counter()`` value);
-    each rung gets an equal share of the time left. A plan is kept when the evaluator on the
+    sub-fleet in turn, smallest first, until ``deadline``; each rung gets an equal share of the
+    time left. A plan is kept when the evaluator on the
     whole ``instance`` finds it in the space, within the caps and better than ``best_value``.
     The baselines' plans on a fleet do not dominate those on its sub-fleets: on AutoDiCE's
     VGG-19, coopai's plan projected into the space of 4 boards has a latency of 36.44 ms, and
@@ -341,8 +342,7 @@ def rung_starts(instance: Instance, objective: str, rungs: list[Restriction], be
     t0 = time.perf_counter()
     rep = ImproveReport("rung starts")
     for i, r in enumerate(rungs):
-        left = deadline - time.perf_counter()
-        share = left / (len(rungs) - i)
+        share = deadline.left() / (len(rungs) - i)
         if share < MIN_RUNG_START_S:
             break
         started = time.perf_counter()
@@ -368,10 +368,10 @@ def rung_starts(instance: Instance, objective: str, rungs: list[Restriction], be
     return rep
 
 
-def search_restricted(planner, instance: Instance, ctx, restrictions, best_value: float | None, deadline: float,
+def search_restricted(planner, instance: Instance, ctx, restrictions, best_value: float | None, deadline: Deadline,
                       phase: str, per_try: float = 0.5, stop_unsettled: bool = False) -> ImproveReport:
-    """Run ``planner``'s exact rounds over each restricted space in turn until ``deadline`` (a
-    ``time.perf_counter()`` value): each gets at most ``per_try`` of the time left. A plan is
+    """Run ``planner``'s exact rounds over each restricted space in turn until ``deadline``:
+    each gets at most ``per_try`` of the time left. A plan is
     kept when the evaluator on the whole ``instance`` finds it in the space, within the caps and
     better than ``best_value`` (None: any). ``stop_unsettled``: stop at the first search that
     does not settle (the ladder: larger sub-fleets are harder)."""
@@ -381,7 +381,7 @@ def search_restricted(planner, instance: Instance, ctx, restrictions, best_value
     rep = ImproveReport(phase)
     obj = ctx.objective
     for r in restrictions:
-        left = deadline - time.perf_counter()
+        left = deadline.left()
         if left < MIN_TRY_S:
             break
         share = max(MIN_TRY_S, per_try * left)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.errors import PlannerError
 from milp_planner.instance import AXES, Instance, SearchSpace
 from milp_planner.planners import planner_class
@@ -109,14 +110,14 @@ def enclosing_space(space: SearchSpace, plan: Plan | None, n_devices: int) -> Se
 
 
 def floor_reference(instance: Instance, objective: str, space: SearchSpace,
-                    deadline: float | None = None) -> list[Reference]:
+                    deadline: Deadline = NEVER) -> list[Reference]:
     """The problem-specific floors of ``milp_planner.cost.floors`` over ``space`` (they hold for
     any cuts and fusion depth, so for every plan with at most ``max_parts`` parts on ``axes``).
 
     A floor of an instance with caps may use them (the flow MIP stores at most a device's
     memory), so it holds only for the plans within the caps; the floor of the same instance
     without its caps holds for every plan, and is the one an infeasible plan is measured
-    against. ``deadline`` (a ``time.perf_counter()`` value) bounds the flow floor's LP."""
+    against. ``deadline`` bounds the flow floor's LP."""
     from milp_planner.cost.floors import lower_floor
 
     every = SearchSpace(len(instance.graph.layers), space.max_parts, ("any",), space.axes)
@@ -211,7 +212,8 @@ def relative_gap(value: float | None, reference: float | None) -> float | None:
 
 
 class _OutOfTime(Exception):
-    """Raised from a baseline's progress callback once its time limit has passed."""
+    """Raised from a baseline's progress callback once its time limit has passed (not
+    ``DeadlinePassed``: a planner catches that one for its own steps)."""
 
 
 def run_baselines(instance: Instance, names, reference: float | None, objective: str,
@@ -241,7 +243,7 @@ def run_baselines(instance: Instance, names, reference: float | None, objective:
     what the baselines left of it, and with nothing left a plan outside the space is measured
     against the floors alone (its row says so).
     """
-    deadline = None if budget_s is None else time.perf_counter() + budget_s
+    deadline = Deadline.after(budget_s)
     runs = []  # (name, cls, result or None, seconds, status, message)
     for name in names:
         runs.append(_run_one(instance, name, objective, time_limit, threads, seed, progress))
@@ -281,9 +283,10 @@ def _run_one(instance, name, objective, time_limit, threads, seed, progress):
     if progress is not None:
         progress(name)
     started = time.perf_counter()
+    deadline = Deadline.after(time_limit)
 
     def watch(info: dict) -> None:
-        if time_limit is not None and time.perf_counter() - started > time_limit:
+        if deadline.passed():
             raise _OutOfTime
 
     try:
@@ -300,10 +303,10 @@ def _run_one(instance, name, objective, time_limit, threads, seed, progress):
 
 
 def _references(instance, runs, reference, bound, certified, objective, exact_planner, time_limit, threads,
-                progress, deadline=None) -> tuple[list[Reference], str]:
+                progress, deadline: Deadline = NEVER) -> tuple[list[Reference], str]:
     """The references a baseline may be measured against (see ``run_baselines``), and what
     failed or was left out while computing them (said on the rows of plans outside the space).
-    ``deadline`` (a ``time.perf_counter()`` value) ends the whole comparison."""
+    ``deadline`` ends the whole comparison."""
     refs: list[Reference] = []
     in_space_ref = reference if certified else bound
     if in_space_ref is not None:
@@ -323,7 +326,7 @@ def _references(instance, runs, reference, bound, certified, objective, exact_pl
             refs.extend(floor_reference(instance, objective, sp, deadline))
             if exact_planner is None:
                 continue
-            left = time_limit if deadline is None else deadline - time.perf_counter()
+            left = time_limit if deadline.never else deadline.left()
             if left is not None and time_limit is not None:
                 left = min(left, time_limit)
             if left is not None and left < MIN_REFERENCE_S:

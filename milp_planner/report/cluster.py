@@ -7,7 +7,6 @@ on the worker itself. The child dies with the Dask worker (``workers.die_with_pa
 from __future__ import annotations
 
 import json
-import math
 import os
 import pickle
 import signal
@@ -20,7 +19,8 @@ from typing import Callable
 
 from milp_planner.errors import PlannerError
 from milp_planner.report.records import died_record, run_task_captured, timeout_record
-from milp_planner.report.tasks import GRACE_FACTOR, GRACE_S, Task, deadline
+from milp_planner.deadline import Deadline
+from milp_planner.report.tasks import GRACE_FACTOR, GRACE_S, Task, kill_after_s
 from milp_planner.report.workers import die_with_parent
 
 
@@ -65,7 +65,7 @@ class _ChildRunner:
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             return ""
-        end = time.monotonic() + limit
+        end = Deadline.after(limit)
         head = self._read(8, end)
         if head is None or len(head) < 8:
             return head if head is None else ""
@@ -74,16 +74,15 @@ class _ChildRunner:
             return None
         return body.decode() if body else ""
 
-    def _read(self, n: int, end: float) -> bytes | None:
+    def _read(self, n: int, end: Deadline) -> bytes | None:
         import select
 
         fd = self.proc.stdout.fileno()
         buf = bytearray()
         while len(buf) < n:
-            left = end - time.monotonic()
-            if left <= 0:
+            if end.passed():
                 return None
-            ready, _, _ = select.select([fd], [], [], None if math.isinf(left) else left)
+            ready, _, _ = select.select([fd], [], [], end.seconds())
             if not ready:
                 return None
             chunk = os.read(fd, min(1 << 20, n - len(buf)))
@@ -121,7 +120,7 @@ def run_task_subprocess(task: Task, grace_factor: float = GRACE_FACTOR, grace_s:
 
     The function a Dask worker executes: the time limit is enforced on the worker itself.
     """
-    limit = deadline(task.time_limit, grace_factor, grace_s)
+    limit = kill_after_s(task.time_limit, grace_factor, grace_s)
     child = getattr(_CHILD, "runner", None)
     if child is None or not child.alive():
         child = _CHILD.runner = _ChildRunner()

@@ -20,7 +20,7 @@ from milp_planner import __version__
 from milp_planner.report.cache import Cache, default_cache_dir, jsonable
 from milp_planner.report.cluster import DaskExecutor, run_task_subprocess
 from milp_planner.report.records import died_record, run_task, run_task_captured, timeout_record, versions
-from milp_planner.report.tasks import (CACHE_FORMAT, GRACE_FACTOR, GRACE_S, Task, class_ref, deadline,
+from milp_planner.report.tasks import (CACHE_FORMAT, GRACE_FACTOR, GRACE_S, Task, class_ref, kill_after_s,
                                        instance_digest, make_tasks, resolve_ref)
 from milp_planner.report.workers import LocalExecutor, terminate_on_sigterm
 
@@ -29,7 +29,7 @@ _jsonable = jsonable  # the name benchmarks/bench_seeds.py uses
 # what callers (report/__init__.py, benchmarks) use through this module
 __all__ = ["__version__", "Cache", "default_cache_dir", "jsonable", "_jsonable", "DaskExecutor", "run_task_subprocess",
            "died_record", "run_task", "run_task_captured", "timeout_record", "versions", "CACHE_FORMAT",
-           "GRACE_FACTOR", "GRACE_S", "Task", "class_ref", "deadline", "instance_digest", "make_tasks",
+           "GRACE_FACTOR", "GRACE_S", "Task", "class_ref", "kill_after_s", "instance_digest", "make_tasks",
            "resolve_ref", "LocalExecutor", "RunSummary", "run_all", "make_executor"]
 
 

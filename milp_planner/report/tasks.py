@@ -58,17 +58,13 @@ class Task:
         }
         return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
-    @property
-    def deadline_s(self) -> float:
-        return deadline(self.time_limit)
-
     def to_dict(self) -> dict:
         d = asdict(self)
         d["options"] = dict(self.options)
         return d
 
 
-def deadline(time_limit: float | None, factor: float = GRACE_FACTOR, grace_s: float = GRACE_S) -> float:
+def kill_after_s(time_limit: float | None, factor: float = GRACE_FACTOR, grace_s: float = GRACE_S) -> float:
     """Seconds after which a run is killed: ``time_limit x factor + grace`` (inf without a limit)."""
     return math.inf if time_limit is None else time_limit * factor + grace_s
 

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import Callable
 
 from milp_planner.report.records import died_record, run_task_captured, timeout_record
-from milp_planner.report.tasks import GRACE_FACTOR, GRACE_S, Task, deadline
+from milp_planner.report.tasks import GRACE_FACTOR, GRACE_S, Task, kill_after_s
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 WATCHDOG_S = 1.0  # how often a worker looks whether its parent is still there
@@ -159,7 +159,7 @@ class LocalExecutor:
                         w.submit(pending.pop())
                 busy = [w for w in pool if w.task is not None]
                 now = time.monotonic()
-                limits = [w.started + deadline(w.task.time_limit, self.grace_factor, self.grace_s) - now for w in busy]
+                limits = [w.started + kill_after_s(w.task.time_limit, self.grace_factor, self.grace_s) - now for w in busy]
                 timeout = max(0.0, min([0.25] + limits))
                 ready = wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=timeout)
                 tick()
@@ -181,7 +181,7 @@ class LocalExecutor:
                         w.kill()
                         pool[i] = _Worker(ctx)
                         on_result(task, died_record(task, waited, code))
-                    elif waited > deadline(task.time_limit, self.grace_factor, self.grace_s):
+                    elif waited > kill_after_s(task.time_limit, self.grace_factor, self.grace_s):
                         w.kill()
                         pool[i] = _Worker(ctx)
                         on_result(task, timeout_record(task, waited))

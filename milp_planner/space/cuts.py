@@ -12,12 +12,12 @@ family is no space a planner can search, and says so in one line) and stops at a
 
 from __future__ import annotations
 
-import time
 from fractions import Fraction
 from functools import lru_cache
 from itertools import combinations
 from math import comb, perm
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.errors import PlannerError
 from milp_planner.instance.devices import layer_time
 from milp_planner.space.geometry import round_half_up, tensor_grid
@@ -87,11 +87,11 @@ _CACHE: dict[tuple, tuple[Cuts, ...]] = {}
 _CACHE_SIZE = 4096
 
 
-def cut_vectors(instance: Instance, n: int, k: int, deadline: float | None = None) -> list[Cuts]:
+def cut_vectors(instance: Instance, n: int, k: int, deadline: Deadline = NEVER) -> list[Cuts]:
     """Every cut vector for ``k`` parts of ``n`` rows allowed by the instance's split families.
 
     Raises ``PlannerError`` when a family alone has more than ``MAX_CUT_VECTORS`` of them and
-    ``TimeoutError`` past ``deadline`` (a ``time.perf_counter()`` value)."""
+    ``TimeoutError`` past ``deadline``."""
     key = (instance.search.splits, speeds(instance), n, k, instance.search.max_parts)
     hit = _CACHE.get(key)
     if hit is None:
@@ -152,7 +152,7 @@ def speed_orders(spd, k: int):
     yield from rec([])
 
 
-def _cut_vectors(splits, spd, n: int, k: int, max_parts: int, *, deadline: float | None = None,
+def _cut_vectors(splits, spd, n: int, k: int, max_parts: int, *, deadline: Deadline = NEVER,
                  where: str = "instance") -> tuple[Cuts, ...]:
     if k == 1:
         return ((),)
@@ -166,7 +166,7 @@ def _cut_vectors(splits, spd, n: int, k: int, max_parts: int, *, deadline: float
     def tick():
         nonlocal steps
         steps += 1
-        if deadline is not None and steps % _CHECK_EVERY == 0 and time.perf_counter() > deadline:
+        if steps % _CHECK_EVERY == 0 and deadline.passed():
             raise TimeoutError("the time limit ran out while enumerating the cut vectors")
 
     for family in splits:
