@@ -115,8 +115,7 @@ def arc_matrix(arcs, field: str, width: int, deadline: Deadline = NEVER, dtype=n
     out took 6 s past the deadline. ``TimeoutError`` past ``deadline``."""
     parts = []
     for lo in range(0, len(arcs), ARC_CHUNK):
-        if deadline.passed():
-            raise TimeoutError("the time limit ran out while laying out the stage arcs")
+        deadline.check("the time limit ran out while laying out the stage arcs")
         parts.append(np.array([getattr(a, field) for a in arcs[lo:lo + ARC_CHUNK]], dtype=dtype))
     return np.concatenate(parts).reshape(len(arcs), width) if parts else np.zeros((0, width), dtype=dtype)
 

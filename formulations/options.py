@@ -78,8 +78,7 @@ def stage_options(instance: Instance, first: int, last: int, deadline: Deadline 
     _check_count(instance, first, last, layouts, max_options)
     out = []
     for axis, ranges in layouts:
-        if deadline.passed():
-            raise TimeoutError("the time limit ran out while listing the stage options")
+        deadline.check("the time limit ran out while listing the stage options")
         out.extend(StageOption(first, last, axis, ranges, assign) for assign in permutations(range(n_dev), len(ranges)))
     return out
 
@@ -133,8 +132,7 @@ def stage_groups(instance: Instance, pr: Pricer, first: int, last: int,
     _check_count(instance, first, last, layouts, max_options, types)
     out = []
     for axis, ranges in layouts:
-        if deadline.passed():
-            raise TimeoutError("the time limit ran out while pricing the stage options")
+        deadline.check("the time limit ran out while pricing the stage options")
         geos = pr.geometry.parts(first, last, axis, list(ranges))
         k = len(ranges)
         perms, idx = _orders(n_dev, types, k)

@@ -729,7 +729,7 @@ def _weighted_period(lb: LayoutBounds, instance: Instance, cost: "_FloorCost", p
     share = max(0.5, WEIGHT_SHARE * (began - t0))
     for it in range(passes):
         now = time.perf_counter()
-        if last is not None and (now + last > began + share or now + last > deadline.at):
+        if last is not None and (now + last > began + share or last > deadline.left()):
             break
         try:
             bound, to_go, floors = _period_pass(lb, cost, pr, w, collapsed, fl, deadline, lb._coarse)
@@ -1242,8 +1242,7 @@ def _merge_classes(nxt: dict, exits: list[tuple], carries: list[tuple], deadline
 
 def _check(deadline: Deadline, force: bool = False) -> None:
     check_memory(force)
-    if deadline.passed():
-        raise TimeoutError("the time limit ran out while bounding the plan space")
+    deadline.check("the time limit ran out while bounding the plan space")
 
 
 def _source_links(instance: Instance):

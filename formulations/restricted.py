@@ -196,8 +196,7 @@ def beam_search(sg: StageGraph, width: int, deadline: Deadline = NEVER,
     best = (math.inf, -1)
     while pool:
         b = min(pool)
-        if deadline.passed():
-            raise TimeoutError("the time limit ran out in the beam search")
+        deadline.check("the time limit ran out in the beam search")
         node, Wl, Kl, Ll, Cl, Tl, src, arc = (np.concatenate(x) for x in zip(*pool.pop(b)))
         score, tie = _scores(objective, shared, Wl, Kl, Ll, Cl, Tl, None if togo is None else togo[node])
         order = np.lexsort((tie, score, node))

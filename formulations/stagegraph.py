@@ -316,8 +316,7 @@ def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: De
     seen = 0  # options looked at: the deadline is checked every CHECK_EVERY of them
 
     def check():
-        if deadline.passed():
-            raise TimeoutError("stage graph enumeration exceeded the time limit")
+        deadline.check("stage graph enumeration exceeded the time limit")
         check_memory()
 
     # Arcs are found with the vectorised floors (``_ExactFloors``: the evaluator's sums, lowered

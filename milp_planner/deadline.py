@@ -29,8 +29,9 @@ import time
 from dataclasses import dataclass
 
 
-class DeadlinePassed(Exception):
-    """A step was still running when its deadline passed."""
+class DeadlinePassed(TimeoutError):
+    """A step was still running when its deadline passed (a ``TimeoutError``, so the handlers
+    of a step's time-out catch it)."""
 
 
 @dataclass(frozen=True, order=True, slots=True)

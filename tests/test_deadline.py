@@ -45,6 +45,8 @@ def test_a_passed_deadline():
     assert d.share(0.5).passed() and not d.at_least(10.0).passed()
     with pytest.raises(DeadlinePassed, match="the step"):
         d.check("the step")
+    with pytest.raises(TimeoutError):  # what every step's time-out handler catches
+        d.check()
     assert Deadline.after(-5.0).passed()  # negative seconds: already passed, not an error
 
 

@@ -119,10 +119,10 @@ def mip_floor(instance: Instance, objective: str = "period", deadline: Deadline 
         lp = _FlowLP(instance)
     except _LPFailed:
         return None
-    left = MIP_TIME_LIMIT if deadline.never else deadline.left()
-    first = flow_mip_floor(instance, Deadline.after(PLAIN_SHARE * left), lp, halo=False, objective=objective)
-    second = flow_mip_floor(instance, Deadline.after(left * (1 - PLAIN_SHARE)) if deadline.never else deadline,
-                            lp, halo=True, objective=objective)
+    first_by = Deadline.after(PLAIN_SHARE * MIP_TIME_LIMIT) if deadline.never else deadline.share(PLAIN_SHARE)
+    first = flow_mip_floor(instance, first_by, lp, halo=False, objective=objective)
+    second_by = Deadline.after((1 - PLAIN_SHARE) * MIP_TIME_LIMIT) if deadline.never else deadline  # from now
+    second = flow_mip_floor(instance, second_by, lp, halo=True, objective=objective)
     found = [f for f in (first, second) if f is not None]
     return max(found, key=lambda f: f.value) if found else None
 

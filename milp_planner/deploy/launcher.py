@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from milp_planner.deadline import Deadline
 from milp_planner.errors import PlannerError
 from milp_planner.io import printable
 from milp_planner.deploy.manifest import Manifest
@@ -191,11 +192,11 @@ def run_deployment(out_dir, input=None, repeat: int = 5, check: bool = False, em
     ``per_stage`` (per stage and device: measured compute and receive seconds beside the
     predicted ones), ``gather`` and ``ranks``. ``timeout`` covers everything from here on.
     """
-    started = time.monotonic()
     if repeat < 1:
         raise PlannerError(f"run: --repeat {repeat} must be at least 1")
     if not timeout > 0:
         raise PlannerError(f"run: --timeout {timeout} must be positive")
+    deadline = Deadline.after(timeout)
     folder = Path(out_dir)
     results = None
     proc = None
@@ -224,11 +225,11 @@ def run_deployment(out_dir, input=None, repeat: int = 5, check: bool = False, em
                 env = dict(os.environ, OMP_NUM_THREADS="1", **{RUN_MARKER: marker})
                 root = str(Path(__file__).resolve().parents[2])
                 env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-                left = timeout - (time.monotonic() - started)
+                left = deadline.left()
                 if left <= 0:
                     raise _TimedOut()
                 signal.setitimer(signal.ITIMER_REAL, 0)  # from here communicate() keeps the time
-                t_run = time.monotonic()
+                t_run = time.perf_counter()
                 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         stdin=subprocess.DEVNULL, start_new_session=True, env=env)
                 try:
@@ -243,7 +244,7 @@ def run_deployment(out_dir, input=None, repeat: int = 5, check: bool = False, em
                     late = [f"{r} ({names[r]})" for r in range(m.n_ranks) if not (results / f"rank{r}.json").exists()]
                     raise PlannerError(f"run: timed out after {timeout:g} s; ranks without a result: "
                                        f"{', '.join(late) or 'none'}; every rank was stopped") from None
-                wall = time.monotonic() - t_run
+                wall = time.perf_counter() - t_run
                 names = m.rank_names()
                 errors = _errors(results, names)
                 if proc.returncode != 0 or errors:

@@ -124,9 +124,9 @@ def run_task_subprocess(task: Task, grace_factor: float = GRACE_FACTOR, grace_s:
     child = getattr(_CHILD, "runner", None)
     if child is None or not child.alive():
         child = _CHILD.runner = _ChildRunner()
-    t0 = time.monotonic()
+    t0 = time.perf_counter()
     out = child.run(task, limit)
-    waited = time.monotonic() - t0
+    waited = time.perf_counter() - t0
     if out is None:
         child.kill()
         _CHILD.runner = None

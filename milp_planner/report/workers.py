@@ -24,6 +24,7 @@ import time
 from contextlib import contextmanager
 from typing import Callable
 
+from milp_planner.deadline import NEVER, Deadline
 from milp_planner.report.records import died_record, run_task_captured, timeout_record
 from milp_planner.report.tasks import GRACE_FACTOR, GRACE_S, Task, kill_after_s
 
@@ -109,10 +110,13 @@ class _Worker:
         child.close()
         self.task: Task | None = None
         self.started = 0.0
+        self.kill_at = NEVER
 
-    def submit(self, task: Task) -> None:
+    def submit(self, task: Task, kill_after: float) -> None:
+        """Send ``task``; it is killed ``kill_after`` seconds from now (``kill_at``)."""
         self.task = task
-        self.started = time.monotonic()
+        self.started = time.perf_counter()
+        self.kill_at = Deadline.after(kill_after)
         self.conn.send(pickle.dumps(task))
 
     def kill(self) -> None:
@@ -156,17 +160,16 @@ class LocalExecutor:
             while pending or any(w.task is not None for w in pool):
                 for w in pool:
                     if w.task is None and pending:
-                        w.submit(pending.pop())
+                        task = pending.pop()
+                        w.submit(task, kill_after_s(task.time_limit, self.grace_factor, self.grace_s))
                 busy = [w for w in pool if w.task is not None]
-                now = time.monotonic()
-                limits = [w.started + kill_after_s(w.task.time_limit, self.grace_factor, self.grace_s) - now for w in busy]
-                timeout = max(0.0, min([0.25] + limits))
+                timeout = min([0.25] + [w.kill_at.left() for w in busy])
                 ready = wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=timeout)
                 tick()
                 for i, w in enumerate(pool):
                     if w.task is None:
                         continue
-                    task, waited = w.task, time.monotonic() - w.started
+                    task, waited = w.task, time.perf_counter() - w.started
                     if w.conn in ready:
                         try:
                             rec = json.loads(w.conn.recv())
@@ -181,7 +184,7 @@ class LocalExecutor:
                         w.kill()
                         pool[i] = _Worker(ctx)
                         on_result(task, died_record(task, waited, code))
-                    elif waited > kill_after_s(task.time_limit, self.grace_factor, self.grace_s):
+                    elif w.kill_at.passed():
                         w.kill()
                         pool[i] = _Worker(ctx)
                         on_result(task, timeout_record(task, waited))

@@ -166,8 +166,8 @@ def _cut_vectors(splits, spd, n: int, k: int, max_parts: int, *, deadline: Deadl
     def tick():
         nonlocal steps
         steps += 1
-        if steps % _CHECK_EVERY == 0 and deadline.passed():
-            raise TimeoutError("the time limit ran out while enumerating the cut vectors")
+        if steps % _CHECK_EVERY == 0:
+            deadline.check("the time limit ran out while enumerating the cut vectors")
 
     for family in splits:
         if family == "equal":
