@@ -14,6 +14,7 @@ from formulations.certificate import REL_TOL, GraphSolve, finite, loose
 from formulations.stagegraph import StageGraph
 from formulations.warmstart import WarmStart, cutoff, plan_stages, pruned_arcs
 from milp_planner.cost.evaluator import evaluate_stages
+from milp_planner.deadline import Deadline
 
 
 class SolverContext(Protocol):
@@ -22,8 +23,7 @@ class SolverContext(Protocol):
     objective: str
     threads: int
     seed: int
-
-    def remaining(self) -> float | None: ...
+    deadline: Deadline
 
     def report(self, **info) -> None: ...
 
@@ -55,8 +55,7 @@ def _none_within(ws: WarmStart, cut: float | None) -> GraphSolve:
 def _out_of_time(sg: StageGraph, ctx: SolverContext, ws: WarmStart) -> GraphSolve | None:
     """The time limit ran out before the solver's model was built (building one over many
     arcs takes seconds): the warm start, stopped; None while there is time left."""
-    left = ctx.remaining()
-    if left is None or left > 0:
+    if not ctx.deadline.passed():
         return None
     arcs = list(ws.arcs) if ws.feasible else []
     return GraphSolve(arcs, sg.path_value(arcs, ctx.objective) if arcs else None, ws.bound, False, stopped=True,
@@ -95,7 +94,7 @@ def solve_highs(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, solver_nam
         for a in m.ARCS:
             m.x[a].value = 1 if a in chosen else 0
     solver = pyo.SolverFactory(solver_name)
-    remaining = ctx.remaining()
+    remaining = ctx.deadline.seconds()
     kw = {}
     if solver_name == "appsi_highs":
         # the legacy solve() resets the config from its arguments: pass them there
@@ -124,7 +123,7 @@ def solve_highs(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, solver_nam
         # to 1e-9: that plan is not in the space within the caps, so it is cut off and the model
         # solved again (its bound still holds: only a plan over a cap is removed)
         m.nogood.add(sum(m.x[a] for a in arcs) <= len(arcs) - 1)
-        remaining = ctx.remaining()
+        remaining = ctx.deadline.seconds()
         if "timelimit" in kw:
             kw["timelimit"] = None if remaining is None else max(1.0, remaining)
     if not arcs and ws.feasible:
@@ -167,7 +166,7 @@ def solve_cpsat(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, fix_arcs: 
         for a, var in cm.x.items():
             cm.model.AddHint(var, 1 if a in chosen else 0)
     solver = cp_model.CpSolver()
-    remaining = ctx.remaining()
+    remaining = ctx.deadline.seconds()
     if remaining is not None:
         solver.parameters.max_time_in_seconds = max(1.0, remaining)
     solver.parameters.num_workers = max(1, ctx.threads)
@@ -192,7 +191,7 @@ def solve_cpsat(sg: StageGraph, ctx: SolverContext, ws: WarmStart, *, fix_arcs: 
         # evaluator finds over one is cut off and the model solved again
         cm.model.AddBoolOr([cm.x[a].Not() for a in arcs])
         cm.model.ClearHints()
-        remaining = ctx.remaining()
+        remaining = ctx.deadline.seconds()
         if remaining is not None:
             solver.parameters.max_time_in_seconds = max(1.0, remaining)
     if status == cp_model.INFEASIBLE:

@@ -56,7 +56,7 @@ import math
 import time
 from typing import Any, Callable
 
-from milp_planner.deadline import NEVER, Deadline
+from milp_planner.deadline import Deadline
 from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget, parse_size, release_memory
 from formulations.pareto import (BoundStep, ParetoFront, ParetoPoint, capped_instance, check_objectives,
                                  hypervolume, lower_bound_set, next_cap, non_dominated, objective_value,
@@ -216,7 +216,7 @@ class _Run:
         self.solve_fn = solve
         self.uncapped_fn: Solve | None = None  # the steps without caps, when it differs (``pareto_front``)
         self.started = time.perf_counter()
-        self.deadline = NEVER if time_limit is None else Deadline(self.started + time_limit)
+        self.deadline = Deadline.after(time_limit)
         self.max_points = max_points
         self.steps: list[BoundStep] = []
         self.solves = 0
@@ -238,9 +238,7 @@ class _Run:
         self.solves += 1
         inst = capped_instance(self.instance, caps)
         started = time.perf_counter()
-        left = self.remaining()
-        if time_limit is not None:
-            left = time_limit if left is None else min(left, time_limit)
+        left = self.deadline.within(time_limit).seconds()
         res, known = None, 0.0
         if within in CAP_FIELD and self.graph_lex:
             res = lexicographic_solve(inst, objective, within, left, **self.lex_options)

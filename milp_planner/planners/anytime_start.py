@@ -147,9 +147,11 @@ def run_start(instance: Instance, objective: str, budget: float, seed: int = 0,
     outcomes: dict[str, str] = {}
     values: dict[str, float] = {}
     plans: dict[str, Plan] = {}
-    patience = start_patience(budget, time_limit)
+    end = Deadline.after(budget)
+    patient = Deadline.after(budget + start_patience(budget, time_limit))  # while no plan is usable
     for name in start_order(objective, len(instance.devices)):
-        left = budget + (patience if best is None else 0.0) - (time.perf_counter() - t0)
+        stop = patient if best is None else end
+        left = stop.left()
         if left < MIN_SHARE_S:
             outcomes[name] = "not run: the start's time was spent"
             continue
@@ -164,8 +166,7 @@ def run_start(instance: Instance, objective: str, budget: float, seed: int = 0,
         plan, m, projected = res.plan, res.metrics, False
         if not m.in_space:
             try:
-                end = Deadline(t0 + budget + (patience if best is None else 0.0))
-                plan = project(res.plan, instance, deadline=end.at_least(PROJECT_S))
+                plan = project(res.plan, instance, deadline=stop.at_least(PROJECT_S))
                 m = evaluate(plan, instance)
             except PlannerError as err:
                 outcomes[name] = f"outside the space, projection failed: {err}"

@@ -276,11 +276,9 @@ def _support_milp(sg, objective: str, support: list[int], ctx: SolveContext, tim
         return []
     m = build_milp(sg, objective, arcs=support)
     solver = pyo.SolverFactory("appsi_highs")
-    remaining = ctx.remaining()
     fresh_highs_threads()
     solver.highs_options = {"threads": max(1, ctx.threads)}
-    results = solver.solve(m, load_solutions=False,
-                           timelimit=max(1.0, min(time_limit, remaining) if remaining is not None else time_limit))
+    results = solver.solve(m, load_solutions=False, timelimit=max(1.0, ctx.deadline.within(time_limit).left()))
     if str(results.solver.termination_condition) in ("infeasible", "infeasibleOrUnbounded"):
         return []
     try:
