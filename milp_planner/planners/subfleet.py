@@ -332,8 +332,8 @@ def rung_starts(instance: Instance, objective: str, rungs: list[Restriction], be
                 deadline: Deadline, seed: int = 0) -> ImproveReport:
     """The fast baselines of the anytime start (``anytime_start.run_start``) on each rung's
     sub-fleet in turn, smallest first, until ``deadline``; each rung gets an equal share of the
-    time left. A plan is kept when the evaluator on the
-    whole ``instance`` finds it in the space, within the caps and better than ``best_value``.
+    time left. A plan is kept when the evaluator on the whole ``instance`` finds it in the
+    space, within the caps and better than ``best_value``.
     The baselines' plans on a fleet do not dominate those on its sub-fleets: on AutoDiCE's
     VGG-19, coopai's plan projected into the space of 4 boards has a latency of 36.44 ms, and
     on 8 boards (whose space holds that plan) 37.74 ms."""
@@ -371,9 +371,9 @@ def rung_starts(instance: Instance, objective: str, rungs: list[Restriction], be
 def search_restricted(planner, instance: Instance, ctx, restrictions, best_value: float | None, deadline: Deadline,
                       phase: str, per_try: float = 0.5, stop_unsettled: bool = False) -> ImproveReport:
     """Run ``planner``'s exact rounds over each restricted space in turn until ``deadline``:
-    each gets at most ``per_try`` of the time left. A plan is
-    kept when the evaluator on the whole ``instance`` finds it in the space, within the caps and
-    better than ``best_value`` (None: any). ``stop_unsettled``: stop at the first search that
+    each gets at most ``per_try`` of the time left. A plan is kept when the evaluator on the
+    whole ``instance`` finds it in the space, within the caps and better than ``best_value``
+    (None: any). ``stop_unsettled``: stop at the first search that
     does not settle (the ladder: larger sub-fleets are harder)."""
     from milp_planner.planners.base import SolveContext
 
