@@ -84,6 +84,10 @@ class Deadline:
             return self
         return max(self, Deadline.after(seconds))
 
+    def shifted(self, seconds: float) -> Deadline:
+        """This deadline moved by ``seconds`` (earlier when negative; ``NEVER`` stays ``NEVER``)."""
+        return self if self.never else Deadline(self.at + seconds)
+
     def check(self, what: str = "") -> None:
         """Raise ``DeadlinePassed`` (naming ``what``) once the deadline has passed."""
         if self.passed():

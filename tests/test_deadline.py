@@ -37,6 +37,7 @@ def test_shares_caps_and_floors_keep_their_meaning():
     assert d.at_least(1.0) == d and d.at_least(1000.0).left() > 999.0
     assert min(d, NEVER) == d and max(d, NEVER) is NEVER
     assert d.seconds() == pytest.approx(d.left(), abs=0.1)
+    assert d.shifted(-1.0).at == d.at - 1.0 and NEVER.shifted(-1.0) is NEVER
 
 
 def test_a_passed_deadline():
@@ -54,6 +55,8 @@ def test_the_solve_context_gives_one_deadline():
     assert SolveContext("latency", None).deadline is NEVER and SolveContext("latency", None).remaining() is None
     ctx = SolveContext("latency", 10.0)
     assert ctx.deadline == Deadline(ctx.started + 10.0) and 9.0 < ctx.remaining() <= 10.0
+    assert ctx.part_of_limit(0.5) == Deadline(ctx.started + 5.0)
+    assert SolveContext("latency", None).part_of_limit(0.5) is NEVER
 
 
 def _deadline_params():

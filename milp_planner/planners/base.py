@@ -201,6 +201,10 @@ class SolveContext:
         """When the time limit runs out (``NEVER`` without one)."""
         return NEVER if self.time_limit is None else Deadline(self.started + self.time_limit)
 
+    def part_of_limit(self, fraction: float) -> Deadline:
+        """``fraction`` of the time limit from the solve's start (``NEVER`` without a limit)."""
+        return NEVER if self.time_limit is None else Deadline(self.started + fraction * self.time_limit)
+
     def remaining(self) -> float | None:
         """Seconds left (None without a limit)."""
         return self.deadline.seconds()

@@ -351,7 +351,7 @@ def stage_dp(instance: Instance, candidates: Callable[[int], Iterable[StageT]], 
     late = False  # past the deadline: one state per boundary (greedy) from here on
     # further past it (a share of the limit's 5 % slack): only the first candidate of each
     # boundary, so that finishing the plan costs one stage price per layer at most
-    hurry_at = NEVER if deadline.never else Deadline(deadline.at + min(1.0, 0.02 * (ctx.time_limit or 0.0)))
+    hurry_at = NEVER if ctx is None else deadline.shifted(min(1.0, 0.02 * (ctx.time_limit or 0.0)))
     use_energy = objective == "energy"
     n_layers = len(instance.graph.layers)
     n = n_layers if stop is None else stop

@@ -239,7 +239,7 @@ class DistrEdgeDDPG(Planner):
         o = _options(self.options, n_dev)
         deadline = ctx.deadline
         # LC-PSS within a third of the limit (it keeps its last completed round)
-        vols = _volumes(instance, o, ctx.seed, NEVER if deadline.never else Deadline(ctx.started + ctx.time_limit / 3))
+        vols = _volumes(instance, o, ctx.seed, ctx.part_of_limit(1 / 3))
         env = _Episode(instance, vols, ctx.objective)
         rng = np.random.default_rng(ctx.seed)
         sim = env.sim

@@ -180,7 +180,8 @@ def lcpss_volumes(instance, rng: np.random.Generator, alpha: float = 0.75, n_ran
     """DistrEdge's LC-PSS (Algorithm 1): the layer-volumes as (first, last) layer ids, in order.
 
     ``rng`` draws the ``n_random`` random split decisions; layers that cannot be row-split are
-    volumes of their own. Deterministic for a given generator state. ``deadline`` stops the search where it is: the scheme of the last round
+    volumes of their own. Deterministic for a given generator state. ``deadline`` stops the
+    search where it is: the scheme of the last round
     completed is returned (the forced locations alone if the first round did not complete).
     """
     sc = _Scorer(instance, rng, alpha, n_random, deadline)
@@ -226,7 +227,7 @@ class DistrEdgeLCPSSPlanner(Planner):
         alpha = float(self.options.get("alpha", 0.75))
         n_random = int(self.options.get("n_random", 100))
         evals = int(self.options.get("evals", 300))
-        deadline = NEVER if ctx.time_limit is None else Deadline(ctx.started + 0.5 * ctx.time_limit)
+        deadline = ctx.part_of_limit(0.5)
         vols = lcpss_volumes(instance, rng, alpha, n_random, deadline)
         ctx.report(phase=f"LC-PSS: {len(vols)} layer-volumes")
         n_dev = len(instance.devices)

@@ -422,7 +422,7 @@ class ExactPlanner(Planner):
         if ctx.deadline.never:
             deadline = Deadline.after(NO_LIMIT_IMPROVE_S)
         else:
-            deadline = Deadline(ctx.deadline.at - IMPROVE_MARGIN_S)
+            deadline = ctx.deadline.shifted(-IMPROVE_MARGIN_S)
         if deadline.left() < MIN_TRY_S:
             return
         if value is None:
