@@ -31,6 +31,7 @@ from typing import Callable, Protocol
 from milp_planner.deadline import Deadline
 from formulations.budget import MemoryBudgetExceeded, release_memory
 from formulations.caps import Fixing
+from formulations.course import Course, RoundSettings, Step
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, loose
 from formulations.drivers import solve_dp
 from formulations.relaxation import layout_bounds
@@ -44,10 +45,7 @@ from milp_planner.instance import Instance
 
 
 INCUMBENT_PROVEN = 1e-7  # relative: a proven bound this close to the incumbent ends the rounds
-FIRST_CAP = 4000  # arcs a round may enumerate after a round of fewer than FIRST_CAP / 16
-AIM_GROWTH = 4  # the next round aims at this many times the last round's arcs
-MAX_EXP = 700.0  # math.exp overflows past about 709.78: a step beyond this aims at no finite bound
-TINY_STEP = 1e-4  # relative: a round this close to the last that overflows is retried larger
+OUTSIDE_TOL = 1e-9  # relative: a plan this close to what a round left out is no worse than it
 THRESHOLD_TIME = 0.15  # period: the threshold probes' most share of the time left
 FLOOR_TIME = 0.1  # the floors' LP (milp_planner.cost.flow), when not remembered: its most share of the time left
 #: the objectives whose coarse bound is refined with finer grids (``coarse.refined_coarse_bounds``),
@@ -61,29 +59,6 @@ REFINE_SHARE = 0.75
 #: 46.7 ms against 52.9 ms, the pass 20-22 s of the 35 s left of a 60 s solve)
 BLOCKED_OBJECTIVES = ("latency",)
 BLOCKS_SHARE = 0.8
-
-
-@dataclass(frozen=True)
-class RoundSettings:
-    """How the rounds enumerate: ``bounded`` (rounds by upper bound; else one round over the
-    whole space), ``max_arcs`` (largest graph), ``max_options`` (largest stage for the layout
-    bounds), ``delta`` (first bound above the relaxation's, relative), ``round_budget`` (arcs
-    one round may enumerate) and ``growth`` (first relative step of the bound)."""
-
-    bounded: bool = True
-    max_arcs: int = 3_000_000
-    max_options: int = 250_000
-    delta: float = 0.0025
-    round_budget: int = 60_000
-    growth: float = 0.002
-    symmetry: bool = True  # plans equal up to exchanging interchangeable devices are one plan
-    relaxation: str = "auto"  # full | coarse | auto (the full one within half the time left, else coarse)
-    #: seconds spent before the rounds on their behalf (the sub-fleet ladder): under ``auto`` the
-    #: full relaxation gets half of the time left plus this (the half it had without them)
-    relaxation_credit: float = 0.0
-    #: a lower bound of the objective proven elsewhere (a Pareto front's ε-step under looser
-    #: caps: ``formulations.pareto``); the rounds start there instead of crawling up to it
-    known_lower: float = 0.0
 
 
 class RoundContext(Protocol):
@@ -127,38 +102,6 @@ class _State:
         return Exploration(self.best.graph if self.best else None, self.best.found if self.best else None,
                            self.lower, False, self.rounds, self.build_s, timed_out=timed_out, memory_out=memory_out,
                            lower_source=self.source(), coarse=self.coarse)
-
-
-def _aim(grown: list[tuple[float, int]]) -> float:
-    """The bound at which the next round should enumerate about ``AIM_GROWTH`` times the arcs of
-    the last, from the growth between the last two rounds that found arcs (log-linear in the
-    bound; inf without two such rounds). Near the optimum the count grows ever more slowly, so
-    this errs on the small side."""
-    if len(grown) < 2:
-        return math.inf
-    (u1, a1), (u2, a2) = grown[-2], grown[-1]
-    if a2 <= a1 or u2 <= u1 or u1 <= 0:
-        return math.inf
-    rate = math.log(a2 / a1) / math.log(u2 / u1)
-    if not rate > 0:  # bounds so far apart that their ratio overflows
-        return math.inf
-    step = math.log(max(AIM_GROWTH, FIRST_CAP / 2 / a2)) / rate
-    return u2 * math.exp(step) if step < MAX_EXP else math.inf
-
-
-def _below_overflow(upper: float, done: float, cap: float, overflowed: list[tuple[float, float]]) -> float | None:
-    """``upper``, or halfway from ``done`` (the bound of the last round that finished) to the
-    least bound that overflowed a cap at least ``cap`` when ``upper`` is at or above it: the
-    plans within a bound only grow with it, so such a round would overflow again (on
-    ``coopai/vgg16-rpi4-6.yaml`` period the rounds went back to the incumbent after each round
-    that finished and bisected down to the same bounds three times in one minute). None when
-    that overflow is within ``TINY_STEP`` of ``done``: no round of this cap can prove more."""
-    least = min((t for t, c in overflowed if c >= cap), default=math.inf)
-    if upper < least or not least > done:
-        return upper
-    if least <= done * (1 + TINY_STEP):
-        return None
-    return done + (least - done) / 2
 
 
 def explore(instance: Instance, ctx: RoundContext, solve_graph: SolveGraph, warm_start: WarmStarter,
@@ -220,9 +163,7 @@ def _threshold(st: _State, lb, instance: Instance, incumbent: float | None, dead
 
 def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _State,
             build_graph=build_stage_graph) -> Exploration:
-    obj = ctx.objective
-    deadline = ctx.deadline
-    bounded = settings.bounded
+    obj, deadline, bounded = ctx.objective, ctx.deadline, settings.bounded
     cap_at = math.inf if incumbent is None or not math.isfinite(incumbent) else loose(incumbent)
     minmax = obj in ("period", "memory")  # weak additive floors: the incumbent sets the bound
     try:
@@ -233,116 +174,46 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
                 raise SpaceTimeout(None) from None
             raise
         return _coarse_only(instance, obj, deadline, settings, incumbent, st, err, ctx)
-    st.lower = float(bounds.lower) if bounded else None  # period: the best weighted pass's bound
+    crawl_from = None
     if bounded:  # a floor valid for every plan (the flow floor counts transfers) may be higher
-        st.lower = max(st.lower, _floor(instance, obj, deadline))
+        st.lower = max(float(bounds.lower), _floor(instance, obj, deadline))
         crawl_from = st.lower  # where the rounds start without ``known_lower``
         st.lower = max(st.lower, settings.known_lower, _blocked_lower(instance, obj, deadline, settings, bounds, st))
-    if bounded and obj == "period":
-        _threshold(st, bounds, instance, incumbent, deadline, ctx)
-    upper = min(st.lower * (1 + settings.delta), cap_at) if bounded else math.inf
-    # a known bound above the relaxation's: the first round starts there with the round budget;
-    # if that overflows, the rounds crawl up from the relaxation's bound as without it (the
-    # arcs within a bound do not shrink with the window above a known bound, and the crawl's
-    # rounds grow their budget with the arcs they found)
-    known_try = bounded and not minmax and st.lower > crawl_from
-    # period and memory with a plan known: the small first round (just above the relaxation's
-    # bound, which can be tight) gets the round budget of arcs and a quarter of the time; past
-    # either it goes straight to the plan (the mean-load floor is weak: such a round can
-    # enumerate nearly as many arcs as the jump and prove only what the search's first probe
-    # proves at once)
-    first_try = minmax and bounded and math.isfinite(cap_at) and math.isfinite(st.lower) and cap_at > upper
-    if bounded and math.isinf(st.lower):
-        # the relaxation (drop_overflow) proves that every plan has a stage part that fits no
-        # device's memory cap: a round within 0 enumerates nothing and shows the caps infeasible
-        upper = 0.0
-    budget, max_arcs = settings.round_budget, settings.max_arcs
-    growth, prev_arcs = settings.growth, 0
-    # period and memory: the label search, not the enumeration, limits a round, so the round
-    # after the first goes straight to the best plan known, with no arc budget; when that graph
-    # cannot be built within 75 % of the time left (or at all), the rounds crawl up from the
-    # bound as for latency, each proving its bound
-    jump = minmax
+        if obj == "period":
+            _threshold(st, bounds, instance, incumbent, deadline, ctx)
+    course = Course.start(minmax, bounded, st.lower, crawl_from, cap_at, settings)
     memo: dict = {}  # arcs priced by earlier rounds
     # energy: the flow LP's floor after each arc from its exact head state (formulations.flow_togo)
     to_go = _flow_to_go(instance, obj, deadline) if bounded else None
     prior = None  # the memory caps' multipliers of the last round that had them
-    done_upper = st.lower  # the bound of the last round that finished
-    retry_cap = 0  # a larger cap for a round retried at the same bound
-    grown: list[tuple[float, int]] = []  # (bound, arcs enumerated) of the rounds that found arcs
-    # period and memory: (bound, arc cap) of the rounds that overflowed their cap or their time;
-    # the plans within a bound only grow with it, so no later round of at most that cap tries a
-    # bound at or above it (it bisects between the last round that finished and the overflow)
-    overflowed: list[tuple[float, float]] = []
 
     while True:
         if incumbent is not None and st.lower is not None and st.lower >= incumbent * (1 - INCUMBENT_PROVEN):
             return st.stop()  # the incumbent is proven optimal: nothing better to enumerate
-        known = [v for v in (st.best.found.value if st.best else None, incumbent) if v is not None]
-        # a round may grow the graph 16-fold (at least to FIRST_CAP arcs), up to the round budget:
-        # near the optimum a small step can multiply the plans a hundredfold, and a round that
-        # overflows costs what it enumerated before it gave up
-        cap = max_arcs if not math.isfinite(upper) or jump else min(max_arcs, max(budget, 4 * prev_arcs))
-        if not minmax:  # (a min-max round is within the incumbent or a bisection step)
-            cap = min(cap, max(FIRST_CAP, 16 * prev_arcs, retry_cap))
-        if minmax and not jump:
-            below = _below_overflow(upper, done_upper, cap, overflowed)
-            if below is None:  # every bound left would overflow again
-                if st.best is None and incumbent is None:
-                    raise SpaceTooLarge(f"the plans within {upper:.6g} are too many to enumerate "
-                                        f"within {cap:,.0f} arcs")
-                return st.stop()
-            upper = below
+        plan = course.plan()
+        if plan is None:  # every bound left would overflow again
+            if st.best is None and incumbent is None:
+                raise SpaceTooLarge(f"the plans within {course.upper:.6g} are too many to enumerate "
+                                    f"within {course.crawl_cap():,.0f} arcs")
+            return st.stop()
         st.rounds += 1
-        ctx.report(phase=f"round {st.rounds}", within=upper if math.isfinite(upper) else None,
+        known = [v for v in (st.best.found.value if st.best else None, incumbent) if v is not None]
+        ctx.report(phase=f"round {st.rounds}", within=plan.upper if math.isfinite(plan.upper) else None,
                    incumbent=min(known) if known else None, bound=st.lower, force=True)
-        trying = first_try and st.rounds == 1
-        if known_try or trying:  # a first round from a known bound, or just above the relaxation's
-            cap = min(max_arcs, budget)
-        if trying:
-            build_by = deadline.share(0.25)
-        else:
-            build_by = deadline if not jump or st.rounds == 1 else deadline.share(0.75)
         try:
-            sg = build_graph(instance, max_arcs=cap, progress=lambda **k: ctx.report(**k),
-                                   deadline=build_by, objective=obj if bounded else "latency",
-                                   upper=upper if math.isfinite(upper) else None, drop_overflow=True,
-                                   bounds=bounds, memo=memo, to_go=to_go,
-                                   reduction=reduction_for(instance, obj, settings.symmetry))
+            sg = build_graph(instance, max_arcs=plan.max_arcs, progress=lambda **k: ctx.report(**k),
+                             deadline=plan.deadline(deadline), objective=obj if bounded else "latency",
+                             upper=plan.upper if math.isfinite(plan.upper) else None, drop_overflow=True,
+                             bounds=bounds, memo=memo, to_go=to_go,
+                             reduction=reduction_for(instance, obj, settings.symmetry))
         except TimeoutError:
-            if trying and not deadline.passed():
-                upper = cap_at  # the small first round took its share: straight to the plan known
-                continue
-            if jump and not deadline.never and not deadline.passed():
-                overflowed.append((upper, math.inf))  # less time is left for any later round
-                # the jump's share of the time ran out: crawl up from the bound instead
-                jump, upper = False, done_upper * (1 + growth)
+            if course.timed_out(deadline) is Step.AGAIN:
                 continue
             if st.best is None:
                 raise SpaceTimeout(st.lower) from None
             return st.stop(timed_out=True)
         except SpaceTooLarge:
-            if known_try:
-                known_try = False
-                upper = min(crawl_from * (1 + settings.delta), cap_at)
-                continue
-            if trying:
-                upper = cap_at  # the small first round overflowed its budget: straight to the plan known
-                continue
-            if minmax:
-                overflowed.append((upper, cap))
-            if jump:
-                jump, upper = False, done_upper * (1 + growth)
-                continue
-            if math.isfinite(upper) and cap < min(max_arcs, max(budget, 4 * prev_arcs)) and \
-                    upper <= done_upper * (1 + TINY_STEP):
-                # many plans tie within a tiny step (interchangeable devices): a larger round
-                retry_cap = 4 * cap
-                continue
-            if math.isfinite(upper) and cap < max_arcs and upper > done_upper * (1 + 1e-7):
-                # too many plans within this bound for one round: try halfway back
-                upper = done_upper + (upper - done_upper) / 2
-                growth = max(growth / 4, 1e-4)
+            if course.too_large(plan.max_arcs) is Step.AGAIN:
                 continue
             if st.best is None:
                 raise
@@ -351,70 +222,57 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             if st.best is None:
                 raise
             return st.stop()
-        done_upper, retry_cap, known_try = upper, 0, False
+        course.built()
         st.build_s += sg.build_time_s
-        whole = not math.isfinite(sg.outside)  # nothing left out but plans that break a cap
         ws = warm_start(sg, obj, deadline, prior)
         prior = ws.fixing or prior
-        if ws.empty:  # no plan within `upper`, caps aside
-            if whole:
-                if incumbent is not None:  # cannot be: the incumbent lies within `upper`
-                    return st.stop()
-                return Exploration(sg, None, st.lower, False, st.rounds, st.build_s, infeasible=True)
-            st.lower = max(st.lower, sg.outside)
-        else:
-            found = graph_answer(sg, ctx, ws, solve_graph)
-            if found.arcs and (st.best is None or found.value < st.best.found.value):
-                st.best = _Best(sg, found)
-            in_graph = found.proven_in_graph()  # nothing in the graph (infeasible), or the solver's bound
-            if bounded:
-                st.lower = max(st.lower, min(sg.outside, in_graph if in_graph is not None else -math.inf))
-            elif in_graph is not None and math.isfinite(in_graph):
-                st.lower = in_graph
-            # the plan's own value (a solver's may be rounded: CP-SAT's integer units)
-            if found.optimal and found.arcs and sg.path_value(found.arcs, obj) <= sg.outside * (1 + 1e-9):
-                return Exploration(sg, found, st.lower if bounded else found.bound, True, st.rounds, st.build_s,
-                                   coarse=st.coarse)
-            if found.infeasible and whole and found.cutoff is None:
-                if incumbent is not None:
-                    return st.stop()
-                return Exploration(sg, None, st.lower, False, st.rounds, st.build_s, infeasible=True)
-            if found.stopped or (whole and found.cutoff is None) or not (found.optimal or found.infeasible):
-                # out of time, the whole space solved, or a solver that cannot prove more
-                return Exploration(st.best.graph if st.best else sg, st.best.found if st.best else None, st.lower,
-                                   False, st.rounds, st.build_s,
-                                   timed_out=found.stopped or deadline.passed(),
-                                   lower_source=st.source(), coarse=st.coarse)
+        ended = _answer_round(sg, ws, ctx, solve_graph, st, incumbent, bounded)
+        if ended is not None:
+            return ended
         if deadline.passed():
             if st.best is None:
                 raise SpaceTimeout(st.lower)
             return st.stop(timed_out=True)
-        # the next bound: past every pruned partial plan's floor; the step doubles while
-        # the graphs grow slowly and halves when they grow fast (near the optimum the
-        # number of plans within a bound grows very fast)
-        growth = growth * 2 if sg.forward_arcs <= 2 * prev_arcs + 1000 else max(growth / 2, 1e-4)
-        if sg.forward_arcs:
-            grown.append((done_upper, sg.forward_arcs))
-        prev_arcs = sg.forward_arcs
-        upper = max(sg.outside, min(upper * (1 + growth), _aim(grown)))
-        if minmax:
-            # period and memory: while the graphs stay tiny (under 200 arcs) the bound doubles
-            # until a plan is met; the round within that incumbent certifies (a round too large
-            # for the budget falls back halfway: a bisection between the bound and the incumbent)
-            if st.best is not None:
-                if st.best.found.value <= done_upper * (1 + 1e-12):  # this round held it: nothing more to gain
-                    return st.stop()
-                upper = st.best.found.value
-            elif jump and incumbent is not None:
-                upper = incumbent
-            elif sg.forward_arcs < 200:
-                upper = max(upper, 2 * done_upper)
-        elif st.best is not None:
-            upper = min(upper, st.best.found.value)
-        if upper > 2 * max(st.lower, 1e-12) and not minmax:
-            upper = math.inf
-        if bounded:
-            upper = min(upper, cap_at)  # no plan worse than the incumbent is needed
+        best = st.best.found.value if st.best else None
+        if course.advance(sg.forward_arcs, sg.outside, best, st.lower, incumbent) is Step.DONE:
+            return st.stop()  # the last round held the best plan found: nothing more to gain
+
+
+def _answer_round(sg: StageGraph, ws: WarmStart, ctx: RoundContext, solve_graph: SolveGraph, st: _State,
+                  incumbent: float | None, bounded: bool) -> Exploration | None:
+    """Solve one round's graph and raise ``st.lower`` by what it proves; the exploration when
+    the rounds end here (certified, infeasible, or a solver that cannot prove more), else None."""
+    obj = ctx.objective
+    whole = not math.isfinite(sg.outside)  # nothing left out but plans that break a cap
+    if ws.empty:  # no plan within the round's bound, caps aside
+        if whole:
+            if incumbent is not None:  # cannot be: the incumbent lies within the bound
+                return st.stop()
+            return Exploration(sg, None, st.lower, False, st.rounds, st.build_s, infeasible=True)
+        st.lower = max(st.lower, sg.outside)
+        return None
+    found = graph_answer(sg, ctx, ws, solve_graph)
+    if found.arcs and (st.best is None or found.value < st.best.found.value):
+        st.best = _Best(sg, found)
+    in_graph = found.proven_in_graph()  # nothing in the graph (infeasible), or the solver's bound
+    if bounded:
+        st.lower = max(st.lower, min(sg.outside, in_graph if in_graph is not None else -math.inf))
+    elif in_graph is not None and math.isfinite(in_graph):
+        st.lower = in_graph
+    # the plan's own value (a solver's may be rounded: CP-SAT's integer units)
+    if found.optimal and found.arcs and sg.path_value(found.arcs, obj) <= sg.outside * (1 + OUTSIDE_TOL):
+        return Exploration(sg, found, st.lower if bounded else found.bound, True, st.rounds, st.build_s,
+                           coarse=st.coarse)
+    if found.infeasible and whole and found.cutoff is None:
+        if incumbent is not None:
+            return st.stop()
+        return Exploration(sg, None, st.lower, False, st.rounds, st.build_s, infeasible=True)
+    if found.stopped or (whole and found.cutoff is None) or not (found.optimal or found.infeasible):
+        # out of time, the whole space solved, or a solver that cannot prove more
+        return Exploration(st.best.graph if st.best else sg, st.best.found if st.best else None, st.lower,
+                           False, st.rounds, st.build_s, timed_out=found.stopped or ctx.deadline.passed(),
+                           lower_source=st.source(), coarse=st.coarse)
+    return None
 
 
 def graph_answer(sg: StageGraph, ctx: RoundContext, ws: WarmStart, solve_graph: SolveGraph) -> GraphSolve:

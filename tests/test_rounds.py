@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from formulations.rounds import AIM_GROWTH, FIRST_CAP, _aim
+from formulations.course import AIM_GROWTH, FIRST_CAP, aim as _aim
 
 
 def _count(u, u1, a1, rate):

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 from builders import chain_graph, device, make_instance
 
+import formulations.course as course
 import formulations.rounds as rounds
 from formulations.budget import MemoryBudgetExceeded
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SpaceTimeout
@@ -307,7 +308,7 @@ def test_a_time_out_before_any_plan_never_returns_a_plan_over_the_caps(monkeypat
 
 
 def test_below_an_overflow_the_rounds_bisect_and_stop_when_nothing_is_left():
-    from formulations.rounds import _below_overflow
+    from formulations.course import below_overflow as _below_overflow
 
     seen = [(1.5, INF), (1.3, 1000)]  # (bound, cap) of two rounds that overflowed
     assert _below_overflow(1.2, 1.0, 1000, seen) == 1.2  # below every overflow: as asked
@@ -347,7 +348,7 @@ def test_period_rounds_never_retry_a_bound_that_overflowed(monkeypatch):
     assert all(b < a for a, b in zip(failed, failed[1:]))  # each overflow below the last: a bisection
     assert len(built) < 60
     assert ex.found is None and not ex.certified
-    assert 1.4 * (1 - 2 * rounds.TINY_STEP) <= ex.lower < 1.4
+    assert 1.4 * (1 - 2 * course.TINY_STEP) <= ex.lower < 1.4
 
 
 # -- the coarse relaxation with link-group blocks beside a full relaxation without them -----
