@@ -51,7 +51,11 @@ TARGETS = [
       "ExactPlanner._start_proven", "BruteForcePlanner.search"], EVERY,
      CERT_TESTS + ["tests/test_flow_floor.py", "tests/test_time_limits.py", "tests/test_anytime.py",
                    "tests/test_improve.py", "tests/test_polish.py"]),
-    ("rounds", "formulations/rounds.py", ["explore", "_rounds", "graph_answer"], DECISIONS, CERT_TESTS),
+    ("rounds", "milp_planner/engine/rounds.py", ["explore", "_rounds", "_answer_round", "graph_answer"], DECISIONS,
+     CERT_TESTS),
+    #: where the next round goes: every operator (its transitions are tested one by one)
+    ("course", "milp_planner/engine/course.py", None, EVERY,
+     ["tests/test_course.py", "tests/test_rounds.py", "tests/test_rounds_exits.py"]),
     ("caps", "milp_planner/cost/evaluator.py", ["within_cap", "cap_limit"], EVERY,
      CERT_TESTS + ["tests/test_caps.py", "tests/test_evaluator.py"]),
     ("pareto", "formulations/pareto.py", ["next_cap", "resolution"], EVERY, PARETO_TESTS),
@@ -224,7 +228,7 @@ def run_tests(tree: Path, tests: list[str], timeout: float) -> tuple[bool, str]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="write the Markdown results here")
-    p.add_argument("--only", help="only this group (certificate, rounds, caps, pareto, geometry)")
+    p.add_argument("--only", help="only this group (certificate, rounds, course, caps, pareto, geometry)")
     p.add_argument("--limit", type=int, help="at most this many mutants (a smoke run)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds a mutant's tests may take")
     p.add_argument("--list", action="store_true", help="list the mutation sites and stop")

@@ -12,13 +12,15 @@
 - ``sg.plan_from_arcs(arcs)``: a solved model back into a ``Plan``;
 - ``dp_warm_start`` and ``WarmStart``: the DP's plan and bound that start every solver, and the
   arc fixing it allows (``warmstart``);
-- ``solve_dp``, ``solve_highs``, ``solve_cpsat``: one stage graph solved into a ``GraphSolve``
-  (``drivers``); ``explore``: the rounds by upper bound over the whole space (``rounds``);
-  ``GraphSolve``, ``Exploration``: what was proven (``certificate``); ``explain_infeasible``
-  (``diagnosis``);
+- ``GraphSolve``, ``Exploration``: what a solve of one graph and the rounds over the whole
+  space proved (``certificate``); ``explain_infeasible`` (``diagnosis``);
 - ``ParetoFront``, ``ParetoPoint``, ``lower_bound_set``: a Pareto front's points and the lower
   bound set its ε-steps prove (``pareto``; the ε-constraint loop over the planners that computes
   the front is ``milp_planner.pareto.pareto_front``).
+
+What runs these over an instance in time (the rounds by upper bound, one graph's solve by the DP,
+HiGHS or CP-SAT, the searches over restricted spaces) is the exact engine,
+``milp_planner.engine``; the planners ``dp``, ``milp``, ``cpsat`` drive it.
 
 The names resolve on first use (PEP 562), so ``import formulations`` loads neither Pyomo nor
 OR-Tools; ``from formulations import build_milp`` imports ``formulations.milp`` then.
@@ -37,8 +39,6 @@ _HOMES = {
     "cpsat": ("build_cpsat", "CpsatModel"),
     "warmstart": ("WarmStart", "dp_warm_start"),
     "certificate": ("GraphSolve", "Exploration"),
-    "drivers": ("solve_dp", "solve_highs", "solve_cpsat"),
-    "rounds": ("RoundSettings", "explore"),
     "diagnosis": ("explain_infeasible",),
     "pareto": ("ParetoFront", "ParetoPoint", "lower_bound_set"),
     "minmax": ("MinMaxResult", "minmax_search"),

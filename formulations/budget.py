@@ -8,7 +8,7 @@ next check stays within it. The check reads the RSS at most once
 per ``_PERIOD_S`` seconds, so a call costs a clock read (the loops it sits in read the clock
 for their deadline anyway). Outside a
 ``memory_budget`` block ``check_memory()`` does nothing. The rounds
-(``formulations.rounds.explore``) turn the exception into "stop and return the best plan and
+(``milp_planner.engine.rounds.explore``) turn the exception into "stop and return the best plan and
 bound" (docs/exact.md).
 """
 

@@ -65,7 +65,7 @@ class GraphSolve:
 
 @dataclass
 class Exploration:
-    """The outcome of the rounds of ``formulations.rounds.explore``."""
+    """The outcome of the rounds of ``milp_planner.engine.rounds.explore``."""
 
     graph: StageGraph | None  # the graph of the best plan (or the last graph)
     found: GraphSolve | None  # the best plan over all rounds

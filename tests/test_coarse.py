@@ -240,7 +240,7 @@ def test_auto_falls_back_to_the_coarse_relaxation_when_the_full_one_refuses():
 
 
 def test_auto_falls_back_to_the_coarse_relaxation_when_the_full_one_hits_the_memory_budget(monkeypatch):
-    import formulations.rounds as rounds
+    import milp_planner.engine.rounds as rounds
     from formulations.budget import MemoryBudgetExceeded
 
     def over_budget(*args, **kw):
@@ -258,7 +258,7 @@ def test_auto_falls_back_to_the_coarse_relaxation_when_the_full_one_hits_the_mem
 def test_the_full_relaxation_stopped_by_its_time_is_released_before_the_coarse_one(monkeypatch):
     """A full relaxation stopped by its share of the time leaves its tables too: the coarse
     one then ran out of the 2 GB budget on them (fleet/mobilenetv2-16dev-4types latency)."""
-    import formulations.rounds as rounds
+    import milp_planner.engine.rounds as rounds
 
     def out_of_time(*args, **kw):
         raise TimeoutError("the time limit ran out while bounding the plan space")

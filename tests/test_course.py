@@ -1,4 +1,4 @@
-"""Every transition of the rounds' state machine (``formulations.course.Course``).
+"""Every transition of the rounds' state machine (``milp_planner.engine.course.Course``).
 
 Each test starts a course in one mode, reports one outcome of a round, and states where the
 next round goes: its mode, its bound, the arcs it may enumerate and its share of the time. The
@@ -12,8 +12,8 @@ import math
 
 import pytest
 
-import formulations.course as course_module
-from formulations.course import FIRST_CAP, FIRST_SHARE, JUMP_SHARE, MIN_GROWTH, TINY_GRAPH, Course, Mode, RoundSettings, Step
+import milp_planner.engine.course as course_module
+from milp_planner.engine.course import FIRST_CAP, FIRST_SHARE, JUMP_SHARE, MIN_GROWTH, TINY_GRAPH, Course, Mode, RoundSettings, Step
 from milp_planner.deadline import NEVER, Deadline
 
 INF = math.inf

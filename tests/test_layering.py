@@ -1,10 +1,12 @@
 """The layering is one-way: ``formulations`` (the exact models) never imports the layers built
-on it (planners, reports, the command line, deployment), and ``import formulations`` is light
+on it (the exact engine, planners, reports, the command line, deployment), the engine
+(``milp_planner.engine``) none above it, and ``import formulations`` is light
 (its public names resolve on first use, so neither Pyomo nor OR-Tools is loaded by it).
 
 The modules are read with ``ast``, not imported, so an import inside a function counts too."""
 
 import ast
+import doctest
 import os
 import subprocess
 import sys
@@ -13,10 +15,13 @@ from pathlib import Path
 import pytest
 
 import formulations
+import milp_planner.engine as engine
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the packages above the exact engine
+ABOVE_ENGINE = ("milp_planner.planners", "milp_planner.report", "milp_planner.cli", "milp_planner.deploy")
 #: the packages above ``formulations``
-UPPER = ("milp_planner.planners", "milp_planner.report", "milp_planner.cli", "milp_planner.deploy")
+UPPER = ("milp_planner.engine",) + ABOVE_ENGINE
 #: what ``import formulations`` must not load
 HEAVY = ("pyomo", "ortools")
 
@@ -38,20 +43,26 @@ def imported_names(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
-def reaches_up(name: str) -> bool:
-    return any(name == upper or name.startswith(upper + ".") for upper in UPPER)
+def reaches_up(name: str, above=UPPER) -> bool:
+    return any(name == upper or name.startswith(upper + ".") for upper in above)
 
 
-def test_formulations_import_nothing_above_them():
-    modules = sorted((ROOT / "formulations").rglob("*.py"))
+def offenders(folder: Path, above) -> dict[str, str]:
+    """"path:line" -> the first name that line of a module under ``folder`` imports from ``above``."""
+    modules = sorted(folder.rglob("*.py"))
     assert modules
-    offenders: dict[str, str] = {}  # "path:line" -> the first name that line imports from above
+    found: dict[str, str] = {}
     for path in modules:
         for line, name in imported_names(ast.parse(path.read_text(), str(path))):
-            if reaches_up(name):
-                offenders.setdefault(f"{path.relative_to(ROOT)}:{line}", name)
-    assert not offenders, "formulations/ imports a layer above it:\n" + "\n".join(
-        f"{where}: {name}" for where, name in offenders.items())
+            if reaches_up(name, above):
+                found.setdefault(f"{path.relative_to(ROOT)}:{line}", name)
+    return found
+
+
+@pytest.mark.parametrize("folder,above", [("formulations", UPPER), ("milp_planner/engine", ABOVE_ENGINE)])
+def test_a_layer_imports_nothing_above_it(folder, above):
+    bad = offenders(ROOT / folder, above)
+    assert not bad, f"{folder}/ imports a layer above it:\n" + "\n".join(f"{where}: {name}" for where, name in bad.items())
 
 
 def test_the_scan_sees_every_form_of_import():
@@ -71,7 +82,12 @@ def test_import_formulations_loads_neither_pyomo_nor_ortools():
     assert out.stdout.strip() == "[]", f"import formulations loaded {out.stdout.strip()}"
 
 
-@pytest.mark.parametrize("name", formulations.__all__)
-def test_every_public_name_resolves(name):
-    assert getattr(formulations, name) is not None
-    assert name in dir(formulations)
+@pytest.mark.parametrize("package,name", [(formulations, n) for n in formulations.__all__]
+                         + [(engine, n) for n in engine.__all__])
+def test_every_public_name_resolves(package, name):
+    assert getattr(package, name) is not None
+    assert name in dir(package)
+
+
+def test_the_engine_examples_run():
+    assert doctest.testmod(engine).failed == 0

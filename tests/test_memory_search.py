@@ -1,5 +1,5 @@
 """The memory objective: the liveness term of the ``weights`` floor (milp_planner/cost/floors.py)
-and the restricted beam searches that improve the anytime start (formulations/memory_search.py),
+and the restricted beam searches that improve the anytime start (milp_planner/engine/memory_search.py),
 checked against brute force and the evaluator on tiny instances."""
 
 import random
@@ -11,8 +11,8 @@ from builders import chain_graph, device, fc_graph, make_instance, residual_grap
 
 from formulations.caps import PathArrays
 from formulations.minmax import minmax_search
-from formulations.memory_search import FAMILIES, family_options, memory_plans
-from formulations.restricted import beam_search, restricted_graph
+from milp_planner.engine.memory_search import FAMILIES, family_options, memory_plans
+from milp_planner.engine.restricted import beam_search, restricted_graph
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.cost.floors import _memory_floor, live_bytes, lower_floor
 from milp_planner.instance import SearchSpace, load_instance

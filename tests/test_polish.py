@@ -1,5 +1,5 @@
-"""The combination of the plans' stage layouts (formulations/polish.py) and the beam search of
-restricted graphs for every objective (formulations/restricted.py), checked against the
+"""The combination of the plans' stage layouts (milp_planner/engine/polish.py) and the beam search of
+restricted graphs for every objective (milp_planner/engine/restricted.py), checked against the
 evaluator and against every path of small restricted graphs."""
 
 import math
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from builders import chain_graph, device, make_instance, residual_graph
 
-from formulations.polish import layout_options, plan_layouts, polish
-from formulations.restricted import beam_search, restricted_graph
+from milp_planner.engine.polish import layout_options, plan_layouts, polish
+from milp_planner.engine.restricted import beam_search, restricted_graph
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.instance import SearchSpace, load_instance
 from milp_planner.planners import get_planner

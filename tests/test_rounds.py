@@ -1,10 +1,10 @@
-"""The rounds' step rule (``formulations.rounds``): how far the next round's bound goes."""
+"""The rounds' step rule (``milp_planner.engine.rounds``): how far the next round's bound goes."""
 
 from __future__ import annotations
 
 import math
 
-from formulations.course import AIM_GROWTH, FIRST_CAP, aim as _aim
+from milp_planner.engine.course import AIM_GROWTH, FIRST_CAP, aim as _aim
 
 
 def _count(u, u1, a1, rate):

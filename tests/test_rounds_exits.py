@@ -1,4 +1,4 @@
-"""Every exit of the rounds loop (``formulations.rounds.explore``), each from a scripted scenario.
+"""Every exit of the rounds loop (``milp_planner.engine.rounds.explore``), each from a scripted scenario.
 
 The graph builder, the warm start and the graph solver are injected, and the relaxation's bound
 is fixed at 1.0, so each test states exactly what each round's graph holds (``outside``: the
@@ -15,11 +15,11 @@ from types import SimpleNamespace
 import pytest
 from builders import chain_graph, device, make_instance
 
-import formulations.course as course
-import formulations.rounds as rounds
+import milp_planner.engine.course as course
+import milp_planner.engine.rounds as rounds
 from formulations.budget import MemoryBudgetExceeded
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SpaceTimeout
-from formulations.rounds import RoundSettings, explore
+from milp_planner.engine.rounds import RoundSettings, explore
 from formulations.stagegraph import SpaceTooLarge
 from milp_planner.errors import PlannerError
 from milp_planner.deadline import NEVER, Deadline
@@ -233,7 +233,7 @@ def test_no_plan_and_nothing_proven_infeasible_is_an_error_with_the_bound(monkey
 
 
 def test_a_solver_that_disagrees_with_the_evaluator_raises(monkeypatch):
-    from formulations.drivers import solve_dp
+    from milp_planner.engine.drivers import solve_dp
     from milp_planner.planners import exact
 
     class Lying(exact.DPPlanner):
@@ -308,7 +308,7 @@ def test_a_time_out_before_any_plan_never_returns_a_plan_over_the_caps(monkeypat
 
 
 def test_below_an_overflow_the_rounds_bisect_and_stop_when_nothing_is_left():
-    from formulations.course import below_overflow as _below_overflow
+    from milp_planner.engine.course import below_overflow as _below_overflow
 
     seen = [(1.5, INF), (1.3, 1000)]  # (bound, cap) of two rounds that overflowed
     assert _below_overflow(1.2, 1.0, 1000, seen) == 1.2  # below every overflow: as asked

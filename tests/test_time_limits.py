@@ -229,7 +229,8 @@ class _LateContext:
 def test_a_driver_past_the_deadline_returns_the_warm_start_without_building(driver, monkeypatch):
     """Building a MILP or CP-SAT model over many arcs takes seconds: past the deadline the
     driver returns the warm start, stopped, and builds nothing."""
-    from formulations import drivers, milp, cpsat
+    from formulations import milp, cpsat
+    from milp_planner.engine import drivers
     from formulations.stagegraph import build_stage_graph
     from formulations.warmstart import dp_warm_start
 

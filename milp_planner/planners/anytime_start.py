@@ -103,7 +103,7 @@ class StartReport:
     values: dict[str, float] = field(default_factory=dict)  # the usable plans' objectives
     plans: dict[str, Plan] = field(default_factory=dict)  # the usable plans (in the space, within the caps)
     memory_search: dict | None = None  # the memory objective's restricted searches (planners.exact)
-    polish: dict | None = None  # the combination of the plans' layouts (planners.exact, formulations.polish)
+    polish: dict | None = None  # the combination of the plans' layouts (planners.exact, milp_planner.engine.polish)
     aside: Start | None = None  # a better plan not given to the rounds as their incumbent (planners.exact)
 
     def ranked_plans(self) -> list[Plan]:

@@ -1,8 +1,8 @@
 """Exact planners: ``dp``, ``milp`` (Pyomo + HiGHS), ``cpsat`` (OR-Tools) and ``bruteforce``.
 
 All four search the instance's plan space (docs/model.md section 5). ``dp``, ``milp`` and ``cpsat``
-run the rounds of ``formulations.rounds`` over the stage graph: each round is warm-started by
-the DP (``formulations.warmstart``) and solved by a driver of ``formulations.drivers``; for
+run the rounds of ``milp_planner.engine.rounds`` over the stage graph: each round is warm-started by
+the DP (``formulations.warmstart``) and solved by a driver of ``milp_planner.engine.drivers``; for
 additive objectives (latency, energy) the DP's prefix and suffix bounds first remove every stage
 arc that cannot be part of a plan better than the warm start (exact reduced-cost fixing).
 ``bruteforce`` enumerates every plan and scores each with the evaluator itself: it shares no
@@ -26,11 +26,11 @@ from formulations.caps import Fixing
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, disagreement
 from milp_planner.cost.floors import lower_floor
 from formulations.diagnosis import explain_infeasible
-from formulations.memory_search import memory_plans
-from formulations.polish import polish
+from milp_planner.engine.memory_search import memory_plans
+from milp_planner.engine.polish import polish
 from formulations.minmax import MINMAX
-from formulations.drivers import solve_cpsat, solve_dp, solve_highs
-from formulations.rounds import CoarseOnly, RoundSettings, explore
+from milp_planner.engine.drivers import solve_cpsat, solve_dp, solve_highs
+from milp_planner.engine.rounds import CoarseOnly, RoundSettings, explore
 from formulations.stagegraph import StageGraph, stage_options
 from formulations.warmstart import WarmStart, dp_warm_start
 
@@ -122,7 +122,7 @@ def _solver_available(name: str) -> str | None:
     return None if ok else "is not an available Pyomo solver (e.g. appsi_highs)"
 
 
-#: the options of the rounds (``formulations.rounds.RoundSettings``) and of the DP warm start
+#: the options of the rounds (``milp_planner.engine.rounds.RoundSettings``) and of the DP warm start
 ROUND_OPTIONS = (
     Option("bounded", bool, True, "enumerate only plans within an upper bound"),
     Option("max_arcs", int, 3_000_000, "most stage arcs in the graph", ge=1, le=10**9),
@@ -150,9 +150,9 @@ ANYTIME_OPTIONS = (
     Option("memory_budget", str, "2GB", "resident memory at which the search stops with its best plan and bound "
            "(bytes, or like 4GB, 512MB)", check=size_problem),
     Option("memory_search", bool, True, "memory objective: beam searches over small restricted plan spaces "
-           "improve the anytime start (formulations.memory_search; with anytime)"),
+           "improve the anytime start (milp_planner.engine.memory_search; with anytime)"),
     Option("polish", bool, True, "the best plan built from the stage layouts of the anytime start's plans "
-           "becomes the incumbent (formulations.polish; with anytime)"),
+           "becomes the incumbent (milp_planner.engine.polish; with anytime)"),
     Option("polish_aside", bool, False, "period and memory over small spaces: keep the polished plan aside, "
            "not the rounds' incumbent (default false: the rounds start from it; docs/exact.md)"),
 )
@@ -223,7 +223,7 @@ class ExactPlanner(Planner):
     def explore(self, instance: Instance, ctx: SolveContext, solve_graph=None,
                 incumbent: float | None = None, relaxation_credit: float = 0.0) -> Exploration:
         """Enumerate and solve the space in rounds until an optimum is certified
-        (``formulations.rounds.explore``); ``solve_graph`` defaults to this planner's;
+        (``milp_planner.engine.rounds.explore``); ``solve_graph`` defaults to this planner's;
         ``incumbent`` is the objective of a plan of the space that meets the caps;
         ``relaxation_credit``: the seconds the sub-fleet ladder took (``RoundSettings``)."""
         settings = RoundSettings(
@@ -311,7 +311,7 @@ class ExactPlanner(Planner):
 
     def memory_start(self, instance: Instance, ctx: SolveContext, start: StartReport | None) -> bool:
         """The memory objective: beam searches over restricted plan spaces
-        (``formulations.memory_search``) within ``MEMORY_SEARCH_SHARE`` of the time left (at most
+        (``milp_planner.engine.memory_search``) within ``MEMORY_SEARCH_SHARE`` of the time left (at most
         ``MEMORY_SEARCH_S``); a better plan becomes the anytime start's incumbent
         (``info["anytime"]["memory_search"]`` records what was tried). Only with the anytime
         start (option ``memory_search``). Returns whether the incumbent improved."""
@@ -330,7 +330,7 @@ class ExactPlanner(Planner):
         return True
 
     def polish_start(self, instance: Instance, ctx: SolveContext, start: StartReport | None) -> None:
-        """The best plan built from the stage layouts of the start's plans (``formulations.polish``)
+        """The best plan built from the stage layouts of the start's plans (``milp_planner.engine.polish``)
         within ``POLISH_SHARE`` of the time left (at most ``POLISH_S``); a better plan becomes the
         incumbent (``info["anytime"]["polish"]`` records what was tried). Not over small spaces
         for latency and energy (``ladder_pays``), where the full search is quicker. Over the

@@ -31,9 +31,9 @@ from typing import Callable, Protocol
 from milp_planner.deadline import Deadline
 from formulations.budget import MemoryBudgetExceeded, release_memory
 from formulations.caps import Fixing
-from formulations.course import Course, RoundSettings, Step
+from milp_planner.engine.course import Course, RoundSettings, Step
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, loose
-from formulations.drivers import solve_dp
+from milp_planner.engine.drivers import solve_dp
 from formulations.relaxation import layout_bounds
 from formulations.stagegraph import SpaceTooLarge, StageGraph, build_stage_graph
 from formulations.symmetry import reduction_for

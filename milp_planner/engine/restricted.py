@@ -10,8 +10,8 @@ boundary by boundary and keeps the ``width`` best per node. For latency and ener
 memory caps a width of 1 is exact (the best prefix at a node is the best one to extend); for the
 period, memory or under memory caps it is a heuristic.
 
-Users: ``formulations.memory_search`` (one-layer stages in a few balanced layouts, memory) and
-``formulations.polish`` (the layouts of the plans at hand, every objective). Neither proves
+Users: ``milp_planner.engine.memory_search`` (one-layer stages in a few balanced layouts, memory) and
+``milp_planner.engine.polish`` (the layouts of the plans at hand, every objective). Neither proves
 anything about the whole space; the exact planners only take their plans as incumbents.
 """
 

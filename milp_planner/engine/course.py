@@ -1,4 +1,4 @@
-"""Where the rounds of an exact solve go next (``formulations.rounds``): a small state machine.
+"""Where the rounds of an exact solve go next (``milp_planner.engine.rounds``): a small state machine.
 
 Each round enumerates the plans within a bound ``upper``. ``Course`` holds which kind of round
 comes next (its ``Mode``), that bound, the arcs the round may enumerate and its share of the

@@ -2,7 +2,7 @@
 
 The memory of a plan is the largest, over the devices, of the weights of every layer a device
 computes any part of plus its largest working set (docs/model.md section 4). Two things make
-the general search (``formulations.rounds`` + ``formulations.minmax``) slow on it: the rounds
+the general search (``milp_planner.engine.rounds`` + ``formulations.minmax``) slow on it: the rounds
 enumerate with the mean weights per device as their floor, which prunes almost nothing, and
 the optimum is massively degenerate (only a few large layers and the largest working sets
 decide it), so the label search keeps a dense front of weight sums.
@@ -10,7 +10,7 @@ decide it), so the label search keeps a dense front of weight sums.
 Memory does not depend on the devices' speeds, power or links, so plans that balance the
 weights and keep the working sets small do not need the many device orders and cut vectors of
 the space. This module searches restricted plan spaces, each a **stage graph of its own**
-(``formulations.restricted.restricted_graph``: every stage one layer, a few layouts per layer, every arc priced by the
+(``milp_planner.engine.restricted.restricted_graph``: every stage one layer, a few layouts per layer, every arc priced by the
 evaluator's ``price_stage`` from its tail's ownership state), with **beam searches**
 (``beam_search``: per node the few labels of least memory so far; a label holds each device's
 weights and largest working set):
@@ -29,7 +29,7 @@ The searches prove nothing about the whole space: they give the exact planners a
 incumbent (``planners.exact``, ``ExactPlanner.memory_start``); the bound stays the ``weights``
 floor (``milp_planner.cost.floors``) or what the rounds prove.
 
->>> from formulations.memory_search import memory_plans   # doctest: +SKIP
+>>> from milp_planner.engine.memory_search import memory_plans   # doctest: +SKIP
 >>> found = memory_plans(instance, deadline=Deadline.after(2))   # doctest: +SKIP
 >>> found.plan, found.value, found.source   # doctest: +SKIP
 """
@@ -41,7 +41,7 @@ from typing import Callable, Iterable
 
 from milp_planner.deadline import NEVER, Deadline
 from formulations.options import StageOption
-from formulations.restricted import Best, Space, search_spaces
+from milp_planner.engine.restricted import Best, Space, search_spaces
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
 from milp_planner.space.cuts import _valid, cut_vectors, equal_cuts, ranges_from_cuts, stage_extent

@@ -11,7 +11,7 @@ stage fuses. ``polish`` searches the plans built only from what the given plans 
   or split along any layout whose axis the window allows, at the cut vector of the space
   closest to the layout's proportions (``space.cuts.nearest_cuts``).
 
-That space is a small stage graph (``formulations.restricted``); a beam search gives its best
+That space is a small stage graph (``milp_planner.engine.restricted``); a beam search gives its best
 plan, exactly for latency and energy without memory caps; for the period and memory the exact
 label search (``formulations.minmax.minmax_search``) follows it with the time left. Sources are tried in widening rings
 (the best plan alone, then the best few, then all), each a larger space, until the deadline.
@@ -19,7 +19,7 @@ Every plan found is scored by the evaluator and kept only when it is in the spac
 caps and better than ``upper``. It proves nothing about the whole space: the exact planners take
 its plan as their incumbent (``planners.exact``).
 
->>> from formulations.polish import polish   # doctest: +SKIP
+>>> from milp_planner.engine.polish import polish   # doctest: +SKIP
 >>> found = polish(instance, "latency", [coopai_plan, hybrid_plan], upper=0.0364)   # doctest: +SKIP
 >>> found.plan, found.value, found.tried   # doctest: +SKIP
 """
@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 
 from milp_planner.deadline import NEVER, Deadline
 from formulations.options import StageOption
-from formulations.restricted import Best, Space, search_spaces
+from milp_planner.engine.restricted import Best, Space, search_spaces
 from milp_planner.instance import Instance
 from milp_planner.space.cuts import nearest_cuts, ranges_from_cuts, stage_extent
 from milp_planner.space.plan import Plan
