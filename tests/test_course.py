@@ -13,7 +13,8 @@ import math
 import pytest
 
 import milp_planner.engine.course as course_module
-from milp_planner.engine.course import FIRST_CAP, FIRST_SHARE, JUMP_SHARE, MIN_GROWTH, TINY_GRAPH, Course, Mode, RoundSettings, Step
+from milp_planner.engine.course import (FIRST_CAP, FIRST_SHARE, JUMP_SHARE, MIN_GROWTH, TINY_GRAPH, Course, Mode,
+                                        RoundSettings, Step, aim, below_overflow)
 from milp_planner.deadline import NEVER, Deadline
 
 INF = math.inf
@@ -275,3 +276,60 @@ def test_a_min_max_crawl_doubles_the_bound_while_its_graphs_are_tiny():
     c.plan(), c.built()
     c.advance(arcs=TINY_GRAPH, outside=1.0, best=None, lower=1.0)
     assert c.upper < 2 * 2.02
+
+
+# -- the sizes and steps, at their edges (the mutation gate: benchmarks/mutation.py --only course) --
+
+def test_a_crawl_round_after_a_large_one_may_grow_it_sixteenfold_within_four_times_the_budget():
+    c = _crawled(prev_arcs=50_000)
+    assert c.crawl_cap() == min(S.max_arcs, 4 * 50_000)
+    assert c.plan().max_arcs == min(4 * 50_000, 16 * 50_000)
+    c = _crawled(prev_arcs=1_000)
+    assert c.plan().max_arcs == 16 * 1_000
+
+
+def test_a_known_round_too_large_crawls_from_just_above_the_relaxation():
+    c = latency(2.0, crawl_from=1.0)
+    c.plan()
+    c.too_large(S.round_budget)
+    assert c.upper == pytest.approx(1.0 * (1 + S.delta))
+
+
+def test_a_min_max_crawl_without_a_plan_found_does_not_jump_to_the_incumbent():
+    c = period(1.0, cap_at=1.5)
+    c.mode = Mode.CRAWL
+    c.plan(), c.built()
+    c.advance(arcs=TINY_GRAPH, outside=1.0, best=None, lower=1.0, incumbent=1.45)
+    assert c.upper < 1.45
+
+
+def test_a_bound_under_twice_the_proven_one_stays_finite():
+    c = latency(2.0, crawl_from=2.0)
+    c.plan(), c.built()
+    c.advance(arcs=10, outside=3.0, best=None, lower=2.0)
+    assert c.upper == 3.0
+    c.plan(), c.built()
+    c.advance(arcs=10, outside=4.0, best=None, lower=2.0)
+    assert c.upper == 4.0  # at twice: still finite
+
+
+@pytest.mark.parametrize("arcs,doubles", [(1200, True), (1201, False)])
+def test_the_step_doubles_up_to_twice_the_last_round_plus_a_thousand_arcs(arcs, doubles):
+    c = _crawled(prev_arcs=100)
+    growth = c.growth
+    c.plan(), c.built()
+    c.advance(arcs=arcs, outside=1.0, best=None, lower=1.0)
+    assert c.growth == (2 * growth if doubles else growth / 2)
+
+
+def test_no_aim_from_rounds_at_one_bound_or_from_a_zero_bound():
+    assert aim([(1.0, 10), (1.0, 20)]) == INF
+    assert aim([(0.0, 10), (1.0, 20)]) == INF
+    assert aim([(1.0, 10), (1.1, 10)]) == INF
+
+
+def test_below_an_overflow_at_its_edges():
+    seen = [(1.3, 1000)]
+    assert below_overflow(1.3, 1.0, 1000, seen) == pytest.approx(1.15)  # at the overflow: halfway back
+    assert below_overflow(1.2, 1.3, 1000, seen) == 1.2  # an overflow not above the last bound: as asked
+    assert below_overflow(1.4, 1.3, 1000, seen) == 1.4  # (it bounds nothing above that round)

@@ -106,7 +106,7 @@ class RoundPlan:
 
     def deadline(self, deadline: Deadline) -> Deadline:
         """The round's own stop moment within ``deadline``."""
-        return deadline if self.share >= 1.0 else deadline.share(self.share)
+        return deadline.share(self.share)
 
 
 @dataclass
