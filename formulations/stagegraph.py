@@ -242,243 +242,285 @@ def gc_paused():
 def _build_stage_graph(instance: Instance, max_arcs: int, progress, deadline: Deadline, *, objective: str,
                        upper: float | None, drop_overflow: bool, bounds: LayoutBounds | None, memo: dict | None,
                        reduction: str, to_go: "FlowToGo | None" = None) -> StageGraph:
+    """The forward pass boundary by boundary (cheapest prefix first), then the arcs kept priced
+    and the backward pass (``_Enumeration``)."""
     t0 = time.perf_counter()
-    pr = pricer(instance)
-    g = instance.graph
-    n = len(g.layers)
-    n_dev = len(instance.devices)
-    fl = max(1, instance.search.fusion_limit)
-    net = instance.network
-    caps = [dev.memory_bytes if (drop_overflow and instance.constraints.memory) else None
-            for dev in instance.devices]
-    check_caps = any(c is not None for c in caps)
-    bounded = upper is not None and math.isfinite(upper)
-    if objective not in FLOORED:
-        raise ValueError(f"unknown objective {objective!r}")
-    if to_go is not None and objective != "energy":
-        raise ValueError("the flow LP's floor after an arc bounds energy only")
-    slack = (upper * (1 + 1e-9) + 1e-12) if bounded else math.inf
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"unknown symmetry reduction {reduction!r}")
-    if bounds is None or bounds.objective != objective:
-        bounds = layout_bounds(instance, objective, pr, deadline=deadline, symmetry=reduction != "none",
-                               drop_overflow=drop_overflow)
-    last_read = last_readers(g)
-
-    src = EXTERNAL if net.source.external else net.source.device
-    init = tuple(sorted((t, ((src, full_region(g, t)),)) for t in g.inputs if last_read.get(t, -1) >= 0))
-    node_id: dict[tuple, int] = {}
-    nodes: list[tuple[int, tuple]] = []
-    node_used: list[tuple] = []  # per node: the units of each type used so far (first-use reduction)
-    prefix: list[float] = []
-    types = bounds.types if bounds.types is not None else trivial_types(n_dev)
-    expander = Expander(types, "none" if types.trivial else reduction)
-    exact = _ExactFloors(instance, pr, objective, types)
-    canonical = expander.reduction == "canonical"
-    # a plan of period (peak memory) at most ``slack`` loads (fills) no device beyond it: the
-    # objective's own bound is a cap, and its per-device labels prune what the mean floor keeps
-    own_cap = slack if bounded and objective in SELF_CAPPED else None
-    capf = None if canonical else _CapFloors.of(instance, pr, caps=drop_overflow, objective=objective,
-                                                own_cap=own_cap)
-    if capf is not None and capf.load:
-        exact.loads = True
-    weighted = _WeightedCap.of(bounds, own_cap) if capf is not None and objective == "period" else None
-    sums: list = []  # per node: labels of its prefixes' floor and capped sums (``_CapFloors``)
-
-    memo = {} if memo is None else memo
-    # states are interned (``_Interned``: one id per distinct state, kept with the memo across
-    # rounds), so that a node is found by ints, not by hashing a nested tuple per option
-    interned = memo.setdefault(_INTERNED, _Interned())
-
-    node_sid: list[int] = []  # per node: its state's id
-
-    def node(b, sid, used):
-        key = (b, sid, used)
-        i = node_id.get(key)
-        if i is None:
-            i = node_id[key] = len(nodes)
-            nodes.append((b, interned.states[sid]))
-            node_sid.append(sid)
-            node_used.append(used)
-            prefix.append(math.inf)
-            sums.append(None)
-        return i
-
-    source = node(0, interned.id(init), expander.start())
-    prefix[source] = 0.0
-    if capf is not None:
-        sums[source] = [np.zeros((1, 1 + capf.width))]
-    outside = math.inf  # the least floor of a partial plan pruned
-    frontier: dict[int, set[int]] = {0: {source}}
-    arcs: list[Arc] = []
-    floors: list[float] = []
-
-    seen = 0  # options looked at: the deadline is checked every CHECK_EVERY of them
-
-    def check():
-        deadline.check("stage graph enumeration exceeded the time limit")
-        check_memory()
-
-    # Arcs are found with the vectorised floors (``_ExactFloors``: the evaluator's sums, lowered
-    # by a relative 1e-9) and their head states (``next_owners``); only the arcs that survive
-    # the backward pass on those floors are priced with ``price_stage`` and checked against the
-    # memory caps. The exact costs then decide (a second backward pass). Every path within
-    # ``slack`` survives both: its arcs' floors are at most their costs.
-    pending: list[_Pending] = []
-    for b in range(n):
-        for nid in sorted(frontier.get(b, ()), key=lambda i: prefix[i]):
-            _, state = nodes[nid]
-            used = node_used[nid]
-            owners = dict(state)
-            # per end layer: the options near enough (they depend on the units used so far);
-            # per (end, option, devices): [head state, relabel, priced arc or None], shared by
-            # the nodes of one state (the units used change which options a node may take,
-            # not where an option leads nor what it costs)
-            nears = memo.setdefault((b, state, used), {})
-            known = memo.setdefault((_PRICED, b, node_sid[nid]), {})
-            ctx = None
-            gs = prefix[nid]
-            ci = -1  # the node's class in the relaxation (None: not reached by it)
-            for e in range(b, min(n, b + fl)):
-                check()  # one node's stages can hold many thousand options on wide DAGs
-                tab = bounds.tables[(b, e)]
-                # the head of an option (an index into this (b, e) table) depends on the tail only
-                # through what outlives the stage (``next_owners``): on a chain nothing, so heads
-                # are shared by every tail at boundary b
-                surv = interned.id(tuple(item for item in state if last_read.get(item[0], -1) > e))
-                need = slack - gs  # the options whose floor with what is left fits
-                near = nears.get(e)
-                if near is None or need > near.thr or (capf is not None and capf.load and near.loads is None):
-                    if ci == -1:
-                        ci = _class_of(bounds, b, owners)
-                    if ci is not None and bounded:
-                        # the relaxation's least floor plus bound after over the whole stage: when
-                        # it exceeds ``need`` by 1 % of the bound no option of the stage fits, nor
-                        # moves ``outside`` (just above ``slack`` as a rule), and pricing them is moot
-                        least = _stage_bound(bounds, tab, e, ci)
-                        if least > need + 0.01 * slack:
-                            outside = min(outside, gs + least)
-                            continue
-                    if ctx is None:
-                        ctx = expander.context(used, owners)
-                    # the options a bound up to 1 % larger would look at, sorted (for later rounds)
-                    # (under a period cap 0.1 %: the labels, not the bound, limit the graph, and the
-                    # options a loose bound lets in, each with its part loads, are many: VGG-19 on 4
-                    # boards under period <= 39.25 ms held 5 GB of them at 1 %)
-                    fetch = 0.001 if capf is not None and capf.load else 0.01
-                    thr = need + fetch * slack if bounded else math.inf
-                    near = _near_options(exact, expander, _after(bounds, tab, e, ci), tab, owners, ctx, thr,
-                                         check, capf, to_go if bounded else None)
-                    if bounded:
-                        nears[e] = near
-                k = int(np.searchsorted(near.vals, need, side="right"))
-                if k < len(near.vals) or math.isfinite(near.beyond):
-                    outside = min(outside, gs + (float(near.vals[k]) if k < len(near.vals) else near.beyond))
-                if capf is None:
-                    sel, rows = slice(0, k), None
-                else:  # the options no plan within the caps and ``slack`` takes are left out (``_CapFloors``)
-                    here = sums[nid] = capf.labels(sums[nid], slack)
-                    adds, needs = capf.steps(near, tab, k)
-                    capfit = ((here[None, :, 1:] + (adds + needs)[:, None, :])
-                              <= capf.limit).all(axis=2)  # (options, labels)
-                    if weighted is not None:  # period: the weighted load of prefix, option and rest
-                        if ci == -1:
-                            ci = _class_of(bounds, b, owners)
-                        capfit &= weighted.fit(here, adds, near.src[:k], bounds, tab, e, ci)
-                    cost = here[None, :, 0] + near.vals[:k, None]
-                    fits = capfit & (cost <= slack)
-                    over = capfit & ~fits
-                    if over.any():  # within the caps but beyond the bound: a floor of what is left out
-                        outside = min(outside, float(cost[over].min()))
-                    sel = np.flatnonzero(fits.any(axis=1))
-                    capf.pruned += k - len(sel)
-                    if own_cap is not None and not capfit.all():
-                        # left out by the objective's own cap: those plans exceed ``slack``
-                        outside = min(outside, slack)
-                    step = np.column_stack([near.floor[sel], adds[sel]])
-                    rows = [here[fits[i]] + step[j] for j, i in enumerate(sel.tolist())]
-                src_sel = near.src[sel]
-                widths = tab.widths[tab.group[src_sel]].tolist()  # parts of each option
-                frontier_next = frontier.setdefault(e + 1, set())
-                for j, (oi, devs, f, k_) in enumerate(zip(src_sel.tolist(), near.devices[sel].tolist(),
-                                                          near.floor[sel].tolist(), widths)):
-                    seen += 1
-                    if seen % CHECK_EVERY == 0:
-                        check()
-                    devs = tuple(devs[:k_])
-                    hit = known.get((e, oi, devs))
-                    if hit is None:
-                        to = interned.heads.get((surv, b, e, oi, devs))
-                        if to is None:
-                            grp = tab.groups[tab.group[oi]]
-                            new_state = _state_key(next_owners(pr, owners, grp.last, devs, grp.geos))
-                            relabel = None
-                            if canonical:
-                                new_state, relabel = expander.canonical(new_state)
-                            to = interned.heads[(surv, b, e, oi, devs)] = (interned.id(new_state), relabel)
-                        hit = known[(e, oi, devs)] = [to[0], to[1], None]
-                    head = node(e + 1, hit[0], expander.advance(used, devs))
-                    if gs + f < prefix[head]:
-                        prefix[head] = gs + f
-                    if rows is not None:
-                        got = sums[head]
-                        if got is None:
-                            sums[head] = [rows[j]]
-                        else:
-                            got.append(rows[j])
-                            if len(got) >= 4 * LABELS:
-                                sums[head] = [capf.labels(got, slack)]
-                    frontier_next.add(head)
-                    pending.append(_Pending(nid, head, tab, oi, devs, owners, hit))
-                    floors.append(f)
-                    if len(pending) > max_arcs:
-                        raise SpaceTooLarge(
-                            f"{instance.name}: the plan space has more than {max_arcs} stage arcs"
-                            + (f" within {upper:.6g} ({objective})" if bounded else "")
-                            + "; reduce search.fusion_limit, max_parts or splits, or use a heuristic planner")
-            check()
+    en = _Enumeration(instance, max_arcs, deadline, objective, upper, drop_overflow, bounds, memo, reduction, to_go)
+    for b in range(en.n):
+        for nid in sorted(en.frontier.get(b, ()), key=en.prefix.__getitem__):
+            en.expand(nid, b)
+            en.check()
         if progress is not None:
-            progress(phase=f"enumerating the plan graph, layer {b + 1} of {n}", arcs=len(pending))
-
-    terminals = {nid: _terminal(pr, dict(nodes[nid][1])) for nid in frontier.get(n, ())}
-    n_before = len(pending)
-    if bounded:
-        kept = _within(nodes, pending, floors, source, terminals, objective, n_dev, slack)[0]
-    else:
-        kept = list(range(len(pending)))
-    for i in kept:  # price the arcs left, exactly; drop those that alone overflow a memory cap
-        if seen % CHECK_EVERY == 0:
-            check()
-        seen += 1
-        p = pending[i]
-        arc = _priced(pr, p.tab, p.oi, p.devs, p.owners, p.hit)
-        if check_caps and any(c is not None and arc.weights[d] + arc.working[d] > c for d, c in enumerate(caps)):
-            continue
-        arcs.append(Arc(p.tail, p.head, arc.option, arc.tau, arc.energy, arc.load, arc.transfer_s, arc.weights,
-                        arc.working, p.hit[1]))
-    floors = [arc_floor(a, objective, n_dev) for a in arcs]
-    overflowed = len(arcs) < len(kept)
-    del pending
-
-    if bounded or overflowed:  # (the whole space with caps: drop what only overflowing arcs reach)
-        nodes, arcs, source, terminals, cut = _prune_backward(nodes, arcs, floors, source, terminals,
-                                                             objective, n_dev, slack)
-        if bounded and (cut or len(kept) < n_before):
-            outside = min(outside, slack)
-    sg = StageGraph(instance, nodes, arcs, source, terminals)
-    sg.bounds = bounds
-    sg.upper = upper if bounded else None
-    sg.objective = objective
-    sg.outside = outside  # inf: nothing was left out, the graph is the whole (feasible) space
-    sg.forward_arcs = n_before
-    sg.cap_pruned = capf.pruned if capf is not None else 0
-    sg.out_arcs = [[] for _ in nodes]
-    sg.in_arcs = [[] for _ in nodes]
-    for i, a in enumerate(arcs):
-        sg.out_arcs[a.tail].append(i)
-        sg.in_arcs[a.head].append(i)
+            progress(phase=f"enumerating the plan graph, layer {b + 1} of {en.n}", arcs=len(en.pending))
+    sg = en.finish()
     sg.build_time_s = time.perf_counter() - t0
     return sg
+
+
+class _Enumeration:
+    """The state of one enumeration of the stage graph (``build_stage_graph``).
+
+    Arcs are found with the vectorised floors (``_ExactFloors``: the evaluator's sums, lowered
+    by a relative 1e-9) and their head states (``next_owners``); only the arcs that survive the
+    backward pass on those floors are priced with ``price_stage`` and checked against the
+    memory caps (``finish``). The exact costs then decide (a second backward pass). Every path
+    within ``slack`` survives both: its arcs' floors are at most their costs. ``outside`` is
+    the least floor of a partial plan left out."""
+
+    def __init__(self, instance: Instance, max_arcs: int, deadline: Deadline, objective: str, upper: float | None,
+                 drop_overflow: bool, bounds: LayoutBounds | None, memo: dict | None, reduction: str,
+                 to_go: "FlowToGo | None"):
+        if objective not in FLOORED:
+            raise ValueError(f"unknown objective {objective!r}")
+        if to_go is not None and objective != "energy":
+            raise ValueError("the flow LP's floor after an arc bounds energy only")
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"unknown symmetry reduction {reduction!r}")
+        self.instance, self.max_arcs, self.deadline, self.objective = instance, max_arcs, deadline, objective
+        self.upper = upper
+        self.pr = pr = pricer(instance)
+        g = instance.graph
+        self.n, self.n_dev = len(g.layers), len(instance.devices)
+        self.fl = max(1, instance.search.fusion_limit)
+        self.caps = [dev.memory_bytes if (drop_overflow and instance.constraints.memory) else None
+                     for dev in instance.devices]
+        self.bounded = bounded = upper is not None and math.isfinite(upper)
+        self.slack = slack = (upper * (1 + 1e-9) + 1e-12) if bounded else math.inf
+        if bounds is None or bounds.objective != objective:
+            bounds = layout_bounds(instance, objective, pr, deadline=deadline, symmetry=reduction != "none",
+                                   drop_overflow=drop_overflow)
+        self.bounds = bounds
+        self.to_go = to_go if bounded else None
+        self.last_read = last_readers(g)
+        types = bounds.types if bounds.types is not None else trivial_types(self.n_dev)
+        self.expander = Expander(types, "none" if types.trivial else reduction)
+        self.exact = _ExactFloors(instance, pr, objective, types)
+        self.canonical = self.expander.reduction == "canonical"
+        # a plan of period (peak memory) at most ``slack`` loads (fills) no device beyond it: the
+        # objective's own bound is a cap, and its per-device labels prune what the mean floor keeps
+        self.own_cap = slack if bounded and objective in SELF_CAPPED else None
+        self.capf = capf = None if self.canonical else _CapFloors.of(instance, pr, caps=drop_overflow,
+                                                                     objective=objective, own_cap=self.own_cap)
+        if capf is not None and capf.load:
+            self.exact.loads = True
+        self.weighted = _WeightedCap.of(bounds, self.own_cap) if capf is not None and objective == "period" else None
+
+        self.node_id: dict[tuple, int] = {}
+        self.nodes: list[tuple[int, tuple]] = []
+        self.node_used: list[tuple] = []  # per node: the units of each type used so far (first-use reduction)
+        self.node_sid: list[int] = []  # per node: its state's id
+        self.prefix: list[float] = []
+        self.sums: list = []  # per node: labels of its prefixes' floor and capped sums (``_CapFloors``)
+        self.memo = memo = {} if memo is None else memo
+        # states are interned (``_Interned``: one id per distinct state, kept with the memo across
+        # rounds), so that a node is found by ints, not by hashing a nested tuple per option
+        self.interned = memo.setdefault(_INTERNED, _Interned())
+
+        net = instance.network
+        src = EXTERNAL if net.source.external else net.source.device
+        init = tuple(sorted((t, ((src, full_region(g, t)),)) for t in g.inputs if self.last_read.get(t, -1) >= 0))
+        self.source = self.node(0, self.interned.id(init), self.expander.start())
+        self.prefix[self.source] = 0.0
+        if capf is not None:
+            self.sums[self.source] = [np.zeros((1, 1 + capf.width))]
+        self.outside = math.inf
+        self.frontier: dict[int, set[int]] = {0: {self.source}}
+        self.pending: list[_Pending] = []
+        self.floors: list[float] = []
+        self.seen = 0  # options looked at: the deadline is checked every CHECK_EVERY of them
+
+    def node(self, b: int, sid: int, used: tuple) -> int:
+        """The node of boundary ``b``, state ``sid`` and units ``used`` (made on first use)."""
+        key = (b, sid, used)
+        i = self.node_id.get(key)
+        if i is None:
+            i = self.node_id[key] = len(self.nodes)
+            self.nodes.append((b, self.interned.states[sid]))
+            self.node_sid.append(sid)
+            self.node_used.append(used)
+            self.prefix.append(math.inf)
+            self.sums.append(None)
+        return i
+
+    def check(self) -> None:
+        self.deadline.check("stage graph enumeration exceeded the time limit")
+        check_memory()
+
+    def expand(self, nid: int, b: int) -> None:
+        """The arcs of the stages starting at boundary ``b`` from node ``nid`` whose floor fits."""
+        bounds, slack = self.bounds, self.slack
+        _, state = self.nodes[nid]
+        used = self.node_used[nid]
+        owners = dict(state)
+        # per end layer: the options near enough (they depend on the units used so far);
+        # per (end, option, devices): [head state, relabel, priced arc or None], shared by
+        # the nodes of one state (the units used change which options a node may take,
+        # not where an option leads nor what it costs)
+        nears = self.memo.setdefault((b, state, used), {})
+        known = self.memo.setdefault((_PRICED, b, self.node_sid[nid]), {})
+        ctx = None
+        gs = self.prefix[nid]
+        ci = -1  # the node's class in the relaxation (None: not reached by it)
+        for e in range(b, min(self.n, b + self.fl)):
+            self.check()  # one node's stages can hold many thousand options on wide DAGs
+            tab = bounds.tables[(b, e)]
+            need = slack - gs  # the options whose floor with what is left fits
+            near = nears.get(e)
+            if near is None or need > near.thr or (self.capf is not None and self.capf.load and near.loads is None):
+                if ci == -1:
+                    ci = _class_of(bounds, b, owners)
+                if ci is not None and self.bounded:
+                    # the relaxation's least floor plus bound after over the whole stage: when
+                    # it exceeds ``need`` by 1 % of the bound no option of the stage fits, nor
+                    # moves ``outside`` (just above ``slack`` as a rule), and pricing them is moot
+                    least = _stage_bound(bounds, tab, e, ci)
+                    if least > need + 0.01 * slack:
+                        self.outside = min(self.outside, gs + least)
+                        continue
+                if ctx is None:
+                    ctx = self.expander.context(used, owners)
+                near = self._near(tab, e, ci, owners, ctx, need)
+                if self.bounded:
+                    nears[e] = near
+            k = int(np.searchsorted(near.vals, need, side="right"))
+            if k < len(near.vals) or math.isfinite(near.beyond):
+                self.outside = min(self.outside, gs + (float(near.vals[k]) if k < len(near.vals) else near.beyond))
+            if self.capf is None:
+                sel, rows = slice(0, k), None
+            else:
+                if ci == -1 and self.weighted is not None:
+                    ci = _class_of(bounds, b, owners)
+                sel, rows = self._within_caps(nid, near, tab, k, e, ci)
+            # the head of an option (an index into this (b, e) table) depends on the tail only
+            # through what outlives the stage (``next_owners``): on a chain nothing, so heads
+            # are shared by every tail at boundary b
+            surv = self.interned.id(tuple(item for item in state if self.last_read.get(item[0], -1) > e))
+            self._add_arcs(nid, b, e, tab, near, sel, rows, owners, used, surv, known, gs)
+
+    def _near(self, tab: StageTable, e: int, ci, owners: dict, ctx, need: float):
+        """The options of the stage (``tab``, ending at layer ``e``) a bound up to 1 % larger
+        would look at, sorted by floor (kept for later rounds). Under a period cap 0.1 %: the
+        labels, not the bound, limit the graph, and the options a loose bound lets in, each with
+        its part loads, are many (VGG-19 on 4 boards under period <= 39.25 ms held 5 GB of them
+        at 1 %)."""
+        fetch = 0.001 if self.capf is not None and self.capf.load else 0.01
+        thr = need + fetch * self.slack if self.bounded else math.inf
+        return _near_options(self.exact, self.expander, _after(self.bounds, tab, e, ci), tab, owners, ctx, thr,
+                             self.check, self.capf, self.to_go)
+
+    def _within_caps(self, nid: int, near, tab: StageTable, k: int, e: int, ci):
+        """(the options among the first ``k`` that some plan within the caps and ``slack``
+        takes, the labels each gives its head); the others are left out (``_CapFloors``)."""
+        capf, slack = self.capf, self.slack
+        here = self.sums[nid] = capf.labels(self.sums[nid], slack)
+        adds, needs = capf.steps(near, tab, k)
+        capfit = ((here[None, :, 1:] + (adds + needs)[:, None, :]) <= capf.limit).all(axis=2)  # (options, labels)
+        if self.weighted is not None:  # period: the weighted load of prefix, option and rest
+            capfit &= self.weighted.fit(here, adds, near.src[:k], self.bounds, tab, e, ci)
+        cost = here[None, :, 0] + near.vals[:k, None]
+        fits = capfit & (cost <= slack)
+        over = capfit & ~fits
+        if over.any():  # within the caps but beyond the bound: a floor of what is left out
+            self.outside = min(self.outside, float(cost[over].min()))
+        sel = np.flatnonzero(fits.any(axis=1))
+        capf.pruned += k - len(sel)
+        if self.own_cap is not None and not capfit.all():
+            # left out by the objective's own cap: those plans exceed ``slack``
+            self.outside = min(self.outside, slack)
+        step = np.column_stack([near.floor[sel], adds[sel]])
+        return sel, [here[fits[i]] + step[j] for j, i in enumerate(sel.tolist())]
+
+    def _add_arcs(self, nid: int, b: int, e: int, tab: StageTable, near, sel, rows, owners: dict, used: tuple,
+                  surv: int, known: dict, gs: float) -> None:
+        """The pending arcs of the options ``sel`` from node ``nid`` (the hot loop: locals only)."""
+        interned, expander, prefix, sums, pending, floors = (self.interned, self.expander, self.prefix, self.sums,
+                                                             self.pending, self.floors)
+        node, capf, max_arcs = self.node, self.capf, self.max_arcs
+        src_sel = near.src[sel]
+        widths = tab.widths[tab.group[src_sel]].tolist()  # parts of each option
+        frontier_next = self.frontier.setdefault(e + 1, set())
+        seen = self.seen
+        for j, (oi, devs, f, k_) in enumerate(zip(src_sel.tolist(), near.devices[sel].tolist(),
+                                                  near.floor[sel].tolist(), widths)):
+            seen += 1
+            if seen % CHECK_EVERY == 0:
+                self.check()
+            devs = tuple(devs[:k_])
+            hit = known.get((e, oi, devs))
+            if hit is None:
+                to = interned.heads.get((surv, b, e, oi, devs))
+                if to is None:
+                    grp = tab.groups[tab.group[oi]]
+                    new_state = _state_key(next_owners(self.pr, owners, grp.last, devs, grp.geos))
+                    relabel = None
+                    if self.canonical:
+                        new_state, relabel = expander.canonical(new_state)
+                    to = interned.heads[(surv, b, e, oi, devs)] = (interned.id(new_state), relabel)
+                hit = known[(e, oi, devs)] = [to[0], to[1], None]
+            head = node(e + 1, hit[0], expander.advance(used, devs))
+            if gs + f < prefix[head]:
+                prefix[head] = gs + f
+            if rows is not None:
+                got = sums[head]
+                if got is None:
+                    sums[head] = [rows[j]]
+                else:
+                    got.append(rows[j])
+                    if len(got) >= 4 * LABELS:
+                        sums[head] = [capf.labels(got, self.slack)]
+            frontier_next.add(head)
+            pending.append(_Pending(nid, head, tab, oi, devs, owners, hit))
+            floors.append(f)
+            if len(pending) > max_arcs:
+                raise SpaceTooLarge(
+                    f"{self.instance.name}: the plan space has more than {max_arcs} stage arcs"
+                    + (f" within {self.upper:.6g} ({self.objective})" if self.bounded else "")
+                    + "; reduce search.fusion_limit, max_parts or splits, or use a heuristic planner")
+        self.seen = seen
+
+    def finish(self) -> StageGraph:
+        """Price the arcs the backward pass on the floors keeps (dropping those that alone
+        overflow a memory cap), prune backward on the exact costs, and make the graph."""
+        objective, n_dev, slack, pending, caps = self.objective, self.n_dev, self.slack, self.pending, self.caps
+        nodes, source = self.nodes, self.source
+        terminals = {nid: _terminal(self.pr, dict(nodes[nid][1])) for nid in self.frontier.get(self.n, ())}
+        n_before = len(pending)
+        kept = (_within(nodes, pending, self.floors, source, terminals, objective, n_dev, slack)[0] if self.bounded
+                else list(range(len(pending))))
+        check_caps = any(c is not None for c in caps)
+        arcs: list[Arc] = []
+        for i in kept:
+            if self.seen % CHECK_EVERY == 0:
+                self.check()
+            self.seen += 1
+            p = pending[i]
+            arc = _priced(self.pr, p.tab, p.oi, p.devs, p.owners, p.hit)
+            if check_caps and any(c is not None and arc.weights[d] + arc.working[d] > c for d, c in enumerate(caps)):
+                continue
+            arcs.append(Arc(p.tail, p.head, arc.option, arc.tau, arc.energy, arc.load, arc.transfer_s, arc.weights,
+                            arc.working, p.hit[1]))
+        floors = [arc_floor(a, objective, n_dev) for a in arcs]
+        overflowed = len(arcs) < len(kept)
+        self.pending = pending = None
+        outside = self.outside
+        if self.bounded or overflowed:  # (the whole space with caps: drop what only overflowing arcs reach)
+            nodes, arcs, source, terminals, cut = _prune_backward(nodes, arcs, floors, source, terminals,
+                                                                 objective, n_dev, slack)
+            if self.bounded and (cut or len(kept) < n_before):
+                outside = min(outside, slack)
+        sg = StageGraph(self.instance, nodes, arcs, source, terminals)
+        sg.bounds = self.bounds
+        sg.upper = self.upper if self.bounded else None
+        sg.objective = objective
+        sg.outside = outside  # inf: nothing was left out, the graph is the whole (feasible) space
+        sg.forward_arcs = n_before
+        sg.cap_pruned = self.capf.pruned if self.capf is not None else 0
+        sg.out_arcs = [[] for _ in nodes]
+        sg.in_arcs = [[] for _ in nodes]
+        for i, a in enumerate(arcs):
+            sg.out_arcs[a.tail].append(i)
+            sg.in_arcs[a.head].append(i)
+        return sg
 
 
 _INTERNED = "interned states"  # the memo's entry holding the ``_Interned`` table
