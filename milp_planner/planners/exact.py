@@ -105,6 +105,18 @@ class Ladder:
         return self.report.seconds + (self.starts.seconds if self.starts is not None else 0.0)
 
 
+@dataclass
+class _Rounded:
+    """What the rounds hand on: the result, whether they settled it (certified, or the space
+    proven infeasible: nothing left to improve), whether the memory budget stopped them, and
+    the plan's value when known without evaluating it again."""
+
+    result: PlanResult
+    settled: bool
+    memory_out: bool
+    value: float | None = None
+
+
 def _solver_available(name: str) -> str | None:
     import logging
 
@@ -251,6 +263,9 @@ class ExactPlanner(Planner):
         return sg
 
     def search(self, instance: Instance, ctx: SolveContext) -> PlanResult:
+        """The exact pipeline (docs/exact.md): the anytime start, a floor that may prove it at
+        once, the sub-fleet ladder, the polish of the start's layouts, the rounds, and, when they
+        stopped early, the improvement loop; ``Planner.solve`` then certifies the result."""
         start = self.anytime_start(instance, ctx)
         proven = self._start_proven(instance, ctx, start)
         if proven is None and ctx.objective == "memory" and self.memory_start(instance, ctx, start):
@@ -260,38 +275,41 @@ class ExactPlanner(Planner):
         with memory_budget(self.memory_budget()):
             ladder = self.subfleet_ladder(instance, ctx, start)
             self.polish_start(instance, ctx, start)
-            try:
-                ex = self.explore(instance, ctx, incumbent=start.start.value if start and start.start else None,
-                                  relaxation_credit=ladder.seconds if ladder is not None else 0.0)
-            except SearchStopped as err:
-                if start is None or start.start is None:
-                    raise
-                info = {"anytime": start.info(), "plan_from": f"anytime start ({start.start.baseline})"}
-                if isinstance(err, MemoryStop) or getattr(err, "memory", False):
-                    info["stopped_by"] = "memory budget"
-                if _coarse_bound(err):
-                    info["relaxation"] = "coarse"
-                if getattr(err, "threshold", None):
-                    info["threshold"] = err.threshold
-                if getattr(err, "coarse", None):
-                    info["coarse"] = err.coarse
-                status = "timeout" if isinstance(err, SpaceTimeout) else "feasible"
-                res = PlanResult(self.name, status, ctx.objective, plan=start.start.plan, info=info,
-                                 proofs=[] if err.lower is None else [Proof(err.lower, _rounds_source(info))], message=f"{err}; returning the anytime start "
-                                                    f"({start.start.baseline}'s plan) and the bound proven so far")
-                memory = isinstance(err, MemoryStop) or getattr(err, "memory", False)
-                err.__traceback__ = None  # its frames hold the rounds' graphs and tables
-                if not memory or self._memory_released(res):
-                    self.improve(instance, ctx, res, ladder, start.start.value)
-                self._take_aside(instance, ctx, res, start)
-                return self._with_ladder(res, ladder)
-            res = self._result(instance, ctx, ex, start)
-            settled, memory_out = ex.certified or ex.infeasible, bool(ex.memory_out)
-            ex = None  # the rounds' graph
-            if not settled and res.plan is not None and (not memory_out or self._memory_released(res)):
-                self.improve(instance, ctx, res, ladder)
+            done = self._after_rounds(instance, ctx, start, ladder)
+            res = done.result
+            if not done.settled and res.plan is not None and (not done.memory_out or self._memory_released(res)):
+                self.improve(instance, ctx, res, ladder, done.value)
             self._take_aside(instance, ctx, res, start)
             return self._with_ladder(res, ladder)
+
+    def _after_rounds(self, instance: Instance, ctx: SolveContext, start: StartReport | None,
+                      ladder: Ladder | None) -> "_Rounded":
+        """The rounds' result (``explore``), or, when they stopped before any plan of their own,
+        the anytime start's plan with the bound they proved. Holds none of their graphs."""
+        try:
+            ex = self.explore(instance, ctx, incumbent=start.start.value if start and start.start else None,
+                              relaxation_credit=ladder.seconds if ladder is not None else 0.0)
+        except SearchStopped as err:
+            if start is None or start.start is None:
+                raise
+            info = {"anytime": start.info(), "plan_from": f"anytime start ({start.start.baseline})"}
+            memory = isinstance(err, MemoryStop) or getattr(err, "memory", False)
+            if memory:
+                info["stopped_by"] = "memory budget"
+            if _coarse_bound(err):
+                info["relaxation"] = "coarse"
+            if getattr(err, "threshold", None):
+                info["threshold"] = err.threshold
+            if getattr(err, "coarse", None):
+                info["coarse"] = err.coarse
+            status = "timeout" if isinstance(err, SpaceTimeout) else "feasible"
+            res = PlanResult(self.name, status, ctx.objective, plan=start.start.plan, info=info,
+                             proofs=[] if err.lower is None else [Proof(err.lower, _rounds_source(info))],
+                             message=f"{err}; returning the anytime start ({start.start.baseline}'s plan) "
+                                     "and the bound proven so far")
+            err.__traceback__ = None  # its frames hold the rounds' graphs and tables
+            return _Rounded(res, False, memory, start.start.value)
+        return _Rounded(self._result(instance, ctx, ex, start), ex.certified or ex.infeasible, bool(ex.memory_out))
 
     def _start_proven(self, instance: Instance, ctx: SolveContext, start: StartReport | None) -> PlanResult | None:
         """The anytime start's plan, when a floor of ``milp_planner.cost.floors`` (valid for
