@@ -41,8 +41,9 @@ EVERY = DECISIONS | {"binop", "constant"}
 #: (group, file, qualified functions or None for the whole module, operators, the tests that guard them)
 TARGETS = [
     ("certificate", "milp_planner/certificate.py", None, EVERY, CERT_TESTS),
-    ("certificate", "formulations/certificate.py", ["GraphSolve.proven_in_graph", "disagreement", "loose"], EVERY,
+    ("certificate", "formulations/certificate.py", ["GraphSolve.proven_in_graph", "disagreement"], EVERY,
      CERT_TESTS),
+    ("certificate", "formulations/tolerance.py", ["loose"], EVERY, CERT_TESTS),
     ("certificate", "milp_planner/planners/base.py", ["PlanResult.gap", "PlanResult.settle", "Planner.solve",
                                                       "Planner.score"], EVERY, CERT_TESTS),
     ("certificate", "milp_planner/planners/exact.py",

@@ -34,6 +34,7 @@ from formulations.budget import check_memory
 from formulations.dominance import undominated
 from formulations.dp import arc_cost, terminal_cost
 from formulations.stagegraph import StageGraph
+from formulations.tolerance import loose
 from milp_planner.cost.evaluator import cap_limit
 
 
@@ -139,7 +140,7 @@ class Fixing:
         """Bool per arc: it may lie on a plan that meets the caps and costs at most ``upper``."""
         if upper > self.within * (1 + 1e-12):
             raise ValueError(f"these bounds hold only up to {self.within!r}, not {upper!r}")
-        return np.isfinite(self.through) & (self.through <= upper * (1 + 1e-9) + 1e-12)
+        return np.isfinite(self.through) & (self.through <= loose(upper))
 
 
 def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndarray, usable: np.ndarray,
@@ -470,7 +471,7 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
         spare = (fixing.lam - fixing.nu_after)[:, track]  # per boundary: what lam leaves for the working set
         lsuf = fixing.suf - float(lam_t @ capv)
     bnd = np.fromiter((b for b, _ in sg.nodes), dtype=np.int64, count=sg.n_nodes)
-    slack = upper * (1 + 1e-9) + 1e-12 if math.isfinite(upper) else math.inf
+    slack = loose(upper) if math.isfinite(upper) else math.inf
 
     pending: list[list] = [[] for _ in range(sg.n_nodes)]
     k = len(track)

@@ -101,6 +101,3 @@ def finite(v, scale: float = 1.0) -> float | None:
     return v * scale if math.isfinite(v) else None
 
 
-def loose(v: float) -> float:
-    """``v`` widened by the tolerance every cutoff comparison uses."""
-    return v * (1 + 1e-9) + 1e-12

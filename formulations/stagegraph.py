@@ -42,6 +42,7 @@ from formulations.dominance import undominated
 from formulations.options import SpaceTooLarge, StageOption, stage_options
 from formulations.relaxation import CHECK_EVERY, LayoutBounds, StageTable, box_cells, layout_bounds, rest_after
 from formulations.symmetry import REDUCTIONS, Expander, trivial_types
+from formulations.tolerance import FLOOR_MARGIN, loose
 
 if TYPE_CHECKING:
     from formulations.flow_togo import FlowToGo
@@ -285,7 +286,7 @@ class _Enumeration:
         self.caps = [dev.memory_bytes if (drop_overflow and instance.constraints.memory) else None
                      for dev in instance.devices]
         self.bounded = bounded = upper is not None and math.isfinite(upper)
-        self.slack = slack = (upper * (1 + 1e-9) + 1e-12) if bounded else math.inf
+        self.slack = slack = loose(upper) if bounded else math.inf
         if bounds is None or bounds.objective != objective:
             bounds = layout_bounds(instance, objective, pr, deadline=deadline, symmetry=reduction != "none",
                                    drop_overflow=drop_overflow)
@@ -666,7 +667,7 @@ def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray
     devices, comp, mask, _ = tab.flat()
     recv, energy = exact.received(tab, owners)
     if expander.types.trivial:  # no expansion: the table is the space
-        f = exact.option_floors(tab, recv, energy, tab.group, devices, devices, comp, mask) * (1 - 1e-9)
+        f = exact.option_floors(tab, recv, energy, tab.group, devices, devices, comp, mask) * (1 - FLOOR_MARGIN)
         if to_go is not None:
             after_t = np.maximum(after_t, to_go.after_options(tab, owners, devices, tab.group))
         v = f + after_t
@@ -681,7 +682,7 @@ def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray
     if to_go is not None:
         typed_after = np.maximum(after_t, to_go.after_options(tab, owners, devices, tab.group, exact.orbit_members))
     lb = exact.option_floors(tab, exact.orbit_min(recv), exact.orbit_min(energy), tab.group, orbit[devices],
-                             devices, comp, mask) * (1 - 1e-9) + typed_after
+                             devices, comp, mask) * (1 - FLOOR_MARGIN) + typed_after
     cand = np.flatnonzero(lb <= thr)
     rest = lb[lb > thr]
     beyond = float(rest.min()) if len(rest) else math.inf
@@ -717,7 +718,7 @@ def _near_options(exact: "_ExactFloors", expander: Expander, after_t: np.ndarray
         f = lb[src] - after_src
         v = lb[src]
     else:
-        f = exact.option_floors(tab, recv, energy, tab.group[src], dev, dev, comp[src], mask[src]) * (1 - 1e-9)
+        f = exact.option_floors(tab, recv, energy, tab.group[src], dev, dev, comp[src], mask[src]) * (1 - FLOOR_MARGIN)
         if to_go is not None:
             after_src = np.maximum(after_src, to_go.after_options(tab, owners, dev, tab.group[src]))
         v = f + after_src
@@ -946,7 +947,7 @@ class _CapFloors:
             return near
         kmax = comp.shape[1]
         flat = exact._flat_index(tab, group, kmax, recv.shape[2]) + near.devices[:, :kmax]
-        return near._replace(loads=(comp + recv.reshape(-1)[flat]) * mask * (1 - 1e-9))
+        return near._replace(loads=(comp + recv.reshape(-1)[flat]) * mask * (1 - FLOOR_MARGIN))
 
     def steps(self, near: _Near, tab: StageTable, k: int):
         """(adds, needs), each (options, width), of the first ``k`` options of ``near``."""
@@ -1001,7 +1002,7 @@ class _WeightedCap:
             rest = hit[1][src]
         prefix = here[:, 1:1 + n] @ self.w  # (labels,)
         step = adds[:, :n] @ self.w + rest  # (options,)
-        return (prefix[None, :] + step[:, None]) * (1 - 1e-9) <= self.limit
+        return (prefix[None, :] + step[:, None]) * (1 - FLOOR_MARGIN) <= self.limit
 
 
 def _arc(pr: Pricer, opt: StageOption, geos, comp, weights, computed, owners) -> Arc:

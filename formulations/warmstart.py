@@ -17,7 +17,7 @@ import numpy as np
 
 from milp_planner.deadline import NEVER, Deadline
 from formulations.caps import Fixing, LabelLimit, PathArrays, additive_caps, capped_shortest_path, lagrangian_fixing
-from formulations.certificate import loose
+from formulations.tolerance import loose
 from formulations.dp import ADDITIVE, arc_cost, prefix_suffix, shortest_path, terminal_cost
 from formulations.minmax import MINMAX, minmax_search
 from formulations.stagegraph import StageGraph
@@ -252,5 +252,5 @@ def pruned_arcs(sg: StageGraph, objective: str, upper: float | None, fixing: Fix
         ok = [o and bool(f) for o, f in zip(ok, fixing.keep(upper))]
     cost = [c if ok[a] else math.inf for a, c in enumerate(arc_cost(sg, objective))]
     pre, suf = prefix_suffix(sg, cost, terminal_cost(sg, objective))
-    slack = upper * (1 + 1e-9) + 1e-12
+    slack = loose(upper)
     return [a for a, arc in enumerate(sg.arcs) if ok[a] and pre[arc.tail] + cost[a] + suf[arc.head] <= slack]

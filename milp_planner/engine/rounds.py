@@ -32,7 +32,8 @@ from milp_planner.deadline import Deadline
 from formulations.budget import MemoryBudgetExceeded, release_memory
 from formulations.caps import Fixing
 from milp_planner.engine.course import Course, RoundSettings, Step
-from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, loose
+from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout
+from formulations.tolerance import loose
 from milp_planner.engine.drivers import solve_dp
 from formulations.relaxation import layout_bounds
 from formulations.stagegraph import SpaceTooLarge, StageGraph, build_stage_graph

@@ -32,6 +32,7 @@ from formulations.minmax import MINMAX
 from milp_planner.engine.drivers import solve_cpsat, solve_dp, solve_highs
 from milp_planner.engine.rounds import CoarseOnly, RoundSettings, explore
 from formulations.stagegraph import StageGraph, stage_options
+from formulations.tolerance import STRICTLY_BETTER
 from formulations.warmstart import WarmStart, dp_warm_start
 
 from milp_planner.errors import PlannerError
@@ -392,7 +393,7 @@ class ExactPlanner(Planner):
         aside = start.aside if start is not None else None
         if aside is None or res.plan is None:
             return
-        if aside.value < evaluate(res.plan, instance).value(ctx.objective) * (1 - 1e-9):
+        if aside.value < evaluate(res.plan, instance).value(ctx.objective) * (1 - STRICTLY_BETTER):
             _replace_plan(res, aside.plan, f"anytime start ({aside.baseline}, kept aside)",
                           f"the plan polished from the start's layouts ({aside.baseline}), kept aside, is better")
 
@@ -517,7 +518,7 @@ class ExactPlanner(Planner):
         if ex.infeasible:
             return PlanResult(self.name, "infeasible", obj, info=info, message=self._explain(sg, ctx))
         incumbent = start.start if start is not None else None
-        if incumbent is not None and (ex.found is None or incumbent.value < ex.found.value * (1 - 1e-9)):
+        if incumbent is not None and (ex.found is None or incumbent.value < ex.found.value * (1 - STRICTLY_BETTER)):
             return self._start_result(ex, incumbent, info, obj)
         if ex.found is None:  # nothing proven infeasible, but no plan either
             status = "timeout" if ex.timed_out else "error"
