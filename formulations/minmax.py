@@ -53,6 +53,7 @@ import numpy as np
 from milp_planner.deadline import NEVER, Deadline
 from formulations.caps import PathArrays, arc_matrix, cap_arrays
 from formulations.stagegraph import StageGraph
+from formulations.tolerance import STRICTLY_BETTER
 from milp_planner.cost.evaluator import cap_limit
 
 MINMAX = ("period", "memory")
@@ -874,6 +875,8 @@ GROWTH = 3.0  # a probe aims at this many times the labels of the last that foun
 RACE_LABELS = 1000  # the first probe that keeps this many labels is run from the other end too
 CEILING_REACHED = 1e-3  # relative: the probes below a ceiling this close to it try it again
 CEILING_RETRIES = 3  # most times a ceiling is tried again
+RETRY_STEP = 1e-6  # relative: a threshold this close to the bound is not retried smaller; a plan this far
+#                   below its probe's threshold gets a probe of its own (a smaller support)
 
 
 def _next_threshold(first: float, lo: float, top: float, refuted: list[tuple[float, int]],
@@ -941,14 +944,23 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
         lo = max(lo, float(lag.bounds[0]))
         prob.set_weights(lag.weights)
     inc_arcs, inc_value = lag.best if lag.best is not None else ([], math.inf)
-    labels = probes = 0
+    inc_arcs, inc_value, labels = _beam_incumbent(sg, prob, lo, upper, inc_arcs, inc_value, max_labels, deadline)
+    return _Probes(sg, prob, upper, max_labels, deadline, inc_arcs, inc_value, lo, labels).run()
+
+
+def _beam_incumbent(sg: StageGraph, prob: "_Problem", lo: float, upper: float, inc_arcs: list, inc_value: float,
+                    max_labels: int, deadline: Deadline) -> tuple[list, float, int]:
+    """Beam searches of growing width for a better incumbent (heuristics: they prove nothing);
+    the wider beams only while the narrower ones improved and took little of the time left.
+    Returns the incumbent and the labels kept."""
+    labels = 0
     beams_from, improved = time.perf_counter(), False
-    for width in _BEAMS:  # beam searches for a better incumbent (heuristics: they prove nothing)
+    for width in _BEAMS:
         T = min(inc_value, upper)
-        if lo >= T * (1 - 1e-9):
+        if lo >= T * (1 - STRICTLY_BETTER):  # no plan better than the incumbent by more than rounding
             break
         if width > _BEAMS[1] and (not improved or time.perf_counter() - beams_from > BEAM_SHARE * deadline.left()):
-            break  # the wider beams only while the narrower ones improved and took little of the time left
+            break
         try:
             found, kept, _ = _probe(sg, prob, T, max_labels, deadline, beam=width)
         except LabelBudget:
@@ -957,80 +969,116 @@ def minmax_search(sg: StageGraph, objective: str, upper: float = math.inf, lower
         improved = found is not None and found[1] < inc_value
         if improved:
             inc_arcs, inc_value = found
-    top = min(inc_value, upper)
-    lo = min(lo, top)
-    first, refuted = lo, []  # (threshold, labels) of the probes that found nothing
-    per_label = 0.0  # seconds per label of the last probe that found nothing
-    # forward labels first (from both ends at once, a Pareto front's capped memory step on a tiny
-    # chain kept growing past the 4 GB budget); the race below switches when the other way keeps fewer
-    meet, raced = False, False
-    ceiling = math.inf  # a threshold whose probe outgrew its share of the time left
-    ceiling_retries = 0
-    while True:
-        growth, cap = GROWTH, max_labels
-        if not deadline.never and refuted and per_label > 0:
+    return inc_arcs, inc_value, labels
+
+
+class _Probes:
+    """The threshold probes of ``minmax_search`` between the proven bound ``lo`` and the
+    incumbent: each proves no plan within the caps worth at most ``T`` or returns the best
+    one; a probe that keeps too many labels is retried at a smaller threshold (below a
+    ``ceiling``), and the first large one is raced in the other direction."""
+
+    def __init__(self, sg: StageGraph, prob: "_Problem", upper: float, max_labels: int, deadline: Deadline,
+                 inc_arcs: list, inc_value: float, lo: float, labels: int):
+        self.sg, self.prob, self.upper, self.max_labels, self.deadline = sg, prob, upper, max_labels, deadline
+        self.inc_arcs, self.inc_value = inc_arcs, inc_value
+        self.top = min(inc_value, upper)
+        self.lo = self.first = min(lo, self.top)
+        self.refuted: list[tuple[float, int]] = []  # (threshold, labels) of the probes that found nothing
+        self.per_label = 0.0  # seconds per label of the last probe that found nothing
+        self.labels, self.probes = labels, 0
+        # forward labels first (from both ends at once, a Pareto front's capped memory step on a tiny
+        # chain kept growing past the 4 GB budget); the race switches when the other way keeps fewer
+        self.meet, self.raced = False, False
+        self.ceiling = math.inf  # a threshold whose probe outgrew its share of the time left
+        self.ceiling_retries = 0
+
+    def stopped(self) -> MinMaxResult:
+        return MinMaxResult(self.inc_arcs, self.inc_value, min(self.lo, self.top), False, stopped=True,
+                            labels=self.labels, probes=self.probes)
+
+    def _aim(self) -> tuple[float, int] | None:
+        """The next threshold and its label cap (None: stop, the ceiling retried enough)."""
+        deadline = self.deadline
+        growth, cap = GROWTH, self.max_labels
+        if not deadline.never and self.refuted and self.per_label > 0:
             # a probe stopped by the deadline proves nothing: aim at what the time left holds,
             # and give up a probe past half of it for a smaller threshold
-            fits = deadline.left() / per_label / 2
-            growth = min(GROWTH, max(1.25, fits / max(1, refuted[-1][1])))
-            cap = min(max_labels, max(1000, int(fits)))
-        T = _next_threshold(first, lo, top, refuted, growth)
-        if math.isfinite(ceiling) and ceiling - lo <= CEILING_REACHED * ceiling:
+            fits = deadline.left() / self.per_label / 2
+            growth = min(GROWTH, max(1.25, fits / max(1, self.refuted[-1][1])))
+            cap = min(self.max_labels, max(1000, int(fits)))
+        T = _next_threshold(self.first, self.lo, self.top, self.refuted, growth)
+        if math.isfinite(self.ceiling) and self.ceiling - self.lo <= CEILING_REACHED * self.ceiling:
             # the bisection below a probe that outgrew its cap has reached it; that cap came from
             # the probes before it (a probe of 27 labels, its time all overhead, gave 1,000 on
             # edge-3dev): try the ceiling again with what the latest probe's rate allows, a few
             # times (before, the thresholds crept up to it until the deadline)
-            if ceiling_retries >= CEILING_RETRIES:
-                return MinMaxResult(inc_arcs, inc_value, min(lo, top), False, stopped=True, labels=labels,
-                                    probes=probes)
-            ceiling, ceiling_retries = math.inf, ceiling_retries + 1
-        if math.isfinite(ceiling):
-            T = min(T, lo + (ceiling - lo) / 2)
-        probes += 1
-        started = time.perf_counter()
-        try:
-            found, kept, support = _probe(sg, prob, T, cap, deadline, meet=meet)
-        except LabelBudget:  # too many labels (or the deadline): a smaller threshold, while time is left
-            if not deadline.passed() and T > lo * (1 + 1e-6) and lo < top:
-                ceiling = T
-                continue
-            return MinMaxResult(inc_arcs, inc_value, min(lo, top), False, stopped=True, labels=labels, probes=probes)
-        labels += kept
-        if found is not None:
-            arcs, value = found
-            if value > inc_value:  # the incumbent itself lies within T: never worse than it
-                arcs, value = inc_arcs, inc_value
-            if value < T * (1 - 1e-6):
-                # the support of a probe at the optimum itself is smaller (for the MILP and
-                # CP-SAT models): at most as long as the probe that found it took
-                took = time.perf_counter() - started
-                until = deadline.within(took)
-                try:
-                    again, kept, tight = _probe(sg, prob, value, max_labels, until, meet=meet)
-                    labels += kept
-                    if again is not None:
-                        support, T = tight, value
-                except LabelBudget:
-                    pass
-            return MinMaxResult(arcs, value, value, True, support=support, support_T=T, labels=labels,
-                                probes=probes)
-        lo = max(lo, T)  # no plan within the caps is worth at most T
-        refuted.append((T, kept))
-        per_label = (time.perf_counter() - started) / max(1, kept)
-        if not raced and kept >= RACE_LABELS and T < top:
-            # the other direction at the same threshold, with as many labels: the one that
-            # keeps fewer labels runs the rest (from the end, memory's large last layers are
-            # few labels; the period's backward labels can die unused)
-            raced = True
+            if self.ceiling_retries >= CEILING_RETRIES:
+                return None
+            self.ceiling, self.ceiling_retries = math.inf, self.ceiling_retries + 1
+        if math.isfinite(self.ceiling):
+            T = min(T, self.lo + (self.ceiling - self.lo) / 2)
+        return T, cap
+
+    def run(self) -> MinMaxResult:
+        sg, prob, deadline = self.sg, self.prob, self.deadline
+        while True:
+            aimed = self._aim()
+            if aimed is None:
+                return self.stopped()
+            T, cap = aimed
+            self.probes += 1
+            started = time.perf_counter()
             try:
-                _, other, _ = _probe(sg, prob, T, kept, deadline, meet=not meet)
-                labels += other
-                if other < kept:
-                    meet = not meet
+                found, kept, support = _probe(sg, prob, T, cap, deadline, meet=self.meet)
+            except LabelBudget:  # too many labels (or the deadline): a smaller threshold, while time is left
+                if not deadline.passed() and T > self.lo * (1 + RETRY_STEP) and self.lo < self.top:
+                    self.ceiling = T
+                    continue
+                return self.stopped()
+            self.labels += kept
+            if found is not None:
+                return self._met(found, support, T, started)
+            self.lo = max(self.lo, T)  # no plan within the caps is worth at most T
+            self.refuted.append((T, kept))
+            self.per_label = (time.perf_counter() - started) / max(1, kept)
+            if not self.raced and kept >= RACE_LABELS and T < self.top:
+                self._race(T, kept)
+            if T >= self.top:
+                break
+        # nothing within the caps and ``upper``; the incumbent, if any, lies above it
+        return MinMaxResult(self.inc_arcs, self.inc_value, self.upper, False, none_within=True,
+                            support=np.zeros(len(sg.arcs), dtype=bool), support_T=self.upper, labels=self.labels,
+                            probes=self.probes)
+
+    def _met(self, found, support, T: float, started: float) -> MinMaxResult:
+        """A probe at ``T`` met a plan: the optimum (the incumbent when that is no worse), with
+        the support of a probe at the optimum itself when one fits in the time the probe took
+        (smaller, for the MILP and CP-SAT models)."""
+        arcs, value = found
+        if value > self.inc_value:  # the incumbent itself lies within T: never worse than it
+            arcs, value = self.inc_arcs, self.inc_value
+        if value < T * (1 - RETRY_STEP):
+            until = self.deadline.within(time.perf_counter() - started)
+            try:
+                again, kept, tight = _probe(self.sg, self.prob, value, self.max_labels, until, meet=self.meet)
+                self.labels += kept
+                if again is not None:
+                    support, T = tight, value
             except LabelBudget:
                 pass
-        if T >= top:
-            break
-    # nothing within the caps and ``upper``; the incumbent, if any, lies above it
-    return MinMaxResult(inc_arcs, inc_value, upper, False, none_within=True,
-                        support=np.zeros(len(sg.arcs), dtype=bool), support_T=upper, labels=labels, probes=probes)
+        return MinMaxResult(arcs, value, value, True, support=support, support_T=T, labels=self.labels,
+                            probes=self.probes)
+
+    def _race(self, T: float, kept: int) -> None:
+        """The other direction at the same threshold, with as many labels: the one that keeps
+        fewer labels runs the rest (from the end, memory's large last layers are few labels;
+        the period's backward labels can die unused)."""
+        self.raced = True
+        try:
+            _, other, _ = _probe(self.sg, self.prob, T, kept, self.deadline, meet=not self.meet)
+            self.labels += other
+            if other < kept:
+                self.meet = not self.meet
+        except LabelBudget:
+            pass
