@@ -93,7 +93,7 @@ READING = """
   certifies it optimal in 46-53 s, and with the min-max search's 96 Lagrangian steps (3900934)
   also `coopai/vgg16-rpi3-5.yaml` period (1341.2 ms, optimal in 52-57 s). With the plan kept
   aside (the rounds jumping to coopai's 594.1 ms) the jump's graph is not built within its share
-  and the gap stays 5.6 %: docs/exact.md, "polish", has the table.
+  and the gap stays 5.6 %: benchmarks/results/exact-measurements.md (the polish sections) has the table.
 """
 
 

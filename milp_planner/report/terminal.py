@@ -148,7 +148,7 @@ def fmt_objective(objective: str, x: float | None) -> str:
 _GRAPH_SOLVERS = {"milp": "MILP (Pyomo + HiGHS)", "cpsat": "CP-SAT", "dp": "shortest path (DP)"}
 
 
-#: what each ``bound_source`` code means (docs/exact.md, "Bounds and their sources")
+#: what each ``bound_source`` code means (docs/exact.md, "The bound and its source")
 _FLOOR_TEXT = {
     "fluid": "fluid floor: each layer's work spread over all devices at best, communication free",
     "compute-only": "compute-only floor: the fluid floor, with every layer no plan can split whole on its "
