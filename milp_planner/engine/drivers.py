@@ -11,8 +11,8 @@ import math
 from typing import Protocol
 
 from formulations.certificate import REL_TOL, GraphSolve, finite
-from formulations.tolerance import loose
 from formulations.stagegraph import StageGraph
+from formulations.tolerance import loose
 from formulations.warmstart import WarmStart, cutoff, plan_stages, pruned_arcs
 from milp_planner.cost.evaluator import evaluate_stages
 from milp_planner.deadline import Deadline

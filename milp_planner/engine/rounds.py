@@ -20,6 +20,10 @@ of ``relaxation_credit``, the seconds the sub-fleet ladder took before the round
 runs out or refuses, the coarse relaxation (``formulations.coarse``) proves a bound and the
 rounds stop there (no enumeration: its classes cannot prune exact states); ``full`` keeps the
 refusal, ``coarse`` goes straight to the coarse bound.
+
+Where the next round goes (its bound, its arc cap, its share of the time) is decided by
+``milp_planner.engine.course.Course``, a small state machine; this module builds and solves
+the rounds' graphs and keeps what they proved (``_State``).
 """
 
 from __future__ import annotations
@@ -28,19 +32,18 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from milp_planner.deadline import Deadline
 from formulations.budget import MemoryBudgetExceeded, release_memory
 from formulations.caps import Fixing
-from milp_planner.engine.course import Course, RoundSettings, Step
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout
-from formulations.tolerance import loose
-from milp_planner.engine.drivers import solve_dp
 from formulations.relaxation import layout_bounds
 from formulations.stagegraph import SpaceTooLarge, StageGraph, build_stage_graph
 from formulations.symmetry import reduction_for
+from formulations.tolerance import loose
 from formulations.warmstart import WarmStart
-
 from milp_planner.cost.floors import lower_floor
+from milp_planner.deadline import Deadline
+from milp_planner.engine.course import Course, RoundSettings, Step
+from milp_planner.engine.drivers import solve_dp
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
 

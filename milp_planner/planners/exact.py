@@ -19,27 +19,26 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from milp_planner.deadline import NEVER, Deadline
 from formulations.budget import (DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget, parse_size, release_memory,
                                  size_problem)
 from formulations.caps import Fixing
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, disagreement
-from milp_planner.cost.floors import lower_floor
 from formulations.diagnosis import explain_infeasible
-from milp_planner.engine.memory_search import memory_plans
-from milp_planner.engine.polish import polish
 from formulations.minmax import MINMAX
-from milp_planner.engine.drivers import solve_cpsat, solve_dp, solve_highs
-from milp_planner.engine.rounds import CoarseOnly, RoundSettings, explore
 from formulations.stagegraph import StageGraph, stage_options
 from formulations.tolerance import STRICTLY_BETTER
 from formulations.warmstart import WarmStart, dp_warm_start
-
-from milp_planner.errors import PlannerError
+from milp_planner.certificate import OPTIMAL_GAP, Proof
 from milp_planner.cost.evaluator import evaluate, evaluate_stages
+from milp_planner.cost.floors import lower_floor
+from milp_planner.deadline import NEVER, Deadline
+from milp_planner.engine.drivers import solve_cpsat, solve_dp, solve_highs
+from milp_planner.engine.memory_search import memory_plans
+from milp_planner.engine.polish import polish
+from milp_planner.engine.rounds import CoarseOnly, RoundSettings, explore
+from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
 from milp_planner.planners.anytime_start import Start, StartReport, run_start, start_budget
-from milp_planner.certificate import OPTIMAL_GAP, Proof
 from milp_planner.planners.base import Option, Planner, PlanResult, SolveContext
 from milp_planner.planners.subfleet import (LADDER_MIN_LIMIT_S, LADDER_SHARE, MIN_TRY_S, NO_LIMIT_IMPROVE_S,
                                             RUNG_STARTS_SHARE, ImproveReport, Restriction, neighbourhoods,
