@@ -28,7 +28,7 @@ OR-Tools; ``from formulations import build_milp`` imports ``formulations.milp`` 
 
 from __future__ import annotations
 
-import importlib
+from milp_planner.lazy import lazy_names
 
 #: each submodule and the public names it gives this package
 _HOMES = {
@@ -43,19 +43,5 @@ _HOMES = {
     "pareto": ("ParetoFront", "ParetoPoint", "lower_bound_set"),
     "minmax": ("MinMaxResult", "minmax_search"),
 }
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
-__all__ = list(_HOME_OF)
-
-
-def __getattr__(name: str):
-    """A public name, imported from its submodule on first use and kept (PEP 562)."""
-    if name not in _HOME_OF:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_HOME_OF[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_names(__name__, _HOMES, globals())

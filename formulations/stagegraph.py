@@ -87,6 +87,15 @@ class StageGraph:
     def n_nodes(self) -> int:
         return len(self.nodes)
 
+    def index_arcs(self) -> "StageGraph":
+        """Fill ``out_arcs`` and ``in_arcs`` (arc ids per node) from ``arcs``; returns the graph."""
+        self.out_arcs = [[] for _ in self.nodes]
+        self.in_arcs = [[] for _ in self.nodes]
+        for i, a in enumerate(self.arcs):
+            self.out_arcs[a.tail].append(i)
+            self.in_arcs[a.head].append(i)
+        return self
+
     def path_options(self, arc_ids) -> list[StageOption]:
         """The stage options of a source-to-terminal path in layer order, on real devices.
 
@@ -516,12 +525,7 @@ class _Enumeration:
         sg.outside = outside  # inf: nothing was left out, the graph is the whole (feasible) space
         sg.forward_arcs = n_before
         sg.cap_pruned = self.capf.pruned if self.capf is not None else 0
-        sg.out_arcs = [[] for _ in nodes]
-        sg.in_arcs = [[] for _ in nodes]
-        for i, a in enumerate(arcs):
-            sg.out_arcs[a.tail].append(i)
-            sg.in_arcs[a.head].append(i)
-        return sg
+        return sg.index_arcs()
 
 
 _INTERNED = "interned states"  # the memo's entry holding the ``_Interned`` table

@@ -91,3 +91,9 @@ def test_every_public_name_resolves(package, name):
 
 def test_the_engine_examples_run():
     assert doctest.testmod(engine).failed == 0
+
+
+def test_the_lazy_names_examples_run():
+    import milp_planner.lazy
+
+    assert doctest.testmod(milp_planner.lazy).failed == 0

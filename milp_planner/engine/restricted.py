@@ -112,13 +112,7 @@ def restricted_graph(instance: Instance, options_of: Callable[[int], Iterable[St
     for nid in at.get(n, []):
         gp = price_gather(pr, dict(nodes[nid][1]))
         terminals[nid] = Terminal(gp.seconds, gp.energy, tuple(gp.load))
-    sg = StageGraph(instance, nodes, arcs, 0, terminals)
-    sg.out_arcs = [[] for _ in nodes]
-    sg.in_arcs = [[] for _ in nodes]
-    for i, a in enumerate(arcs):
-        sg.out_arcs[a.tail].append(i)
-        sg.in_arcs[a.head].append(i)
-    return sg
+    return StageGraph(instance, nodes, arcs, 0, terminals).index_arcs()
 
 
 def _scores(objective: str, shared: bool, W, K, L, C, T, togo=None) -> tuple[np.ndarray, np.ndarray]:
