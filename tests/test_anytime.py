@@ -2,13 +2,12 @@
 memory budget (docs/exact.md, "Anytime")."""
 
 import json
-import time
 from dataclasses import replace
 from fractions import Fraction as F
 from pathlib import Path
 
 import pytest
-from timing import cpu_seconds
+from timing import limit_clock
 from builders import chain_graph, device, fc_graph, make_instance, residual_graph
 
 from formulations.budget import STOP_SHARE, MemoryBudgetExceeded, check_memory, memory_budget, parse_size, rss_bytes
@@ -104,8 +103,9 @@ SOURCES = ("certified", "rounds", "coarse") + FLOOR_SOURCES
 def test_one_second_on_seven_pis_is_no_worse_than_the_fast_baselines():
     """The issue's case: dp used to return the single-device plan at 2.58 s (coopai: 0.477 s)."""
     inst = load_instance(ROOT / "instances/coopai/vgg16-rpi4-7.yaml")
-    c0 = cpu_seconds()
-    res = get_planner("dp").solve(inst, time_limit=1.0)
+    with limit_clock() as clock:
+        res = get_planner("dp").solve(inst, time_limit=1.0)
+    assert clock.within(1.0), (str(clock), res.info.get("anytime"))
     assert res.plan is not None and res.metrics.in_space and res.metrics.feasible
     start = res.info["anytime"]
     ran = start["values"]
@@ -118,7 +118,6 @@ def test_one_second_on_seven_pis_is_no_worse_than_the_fast_baselines():
     assert res.value < 0.5  # not the single-device plan (2.58 s)
     assert res.bound is not None and 0 < res.bound <= res.value
     assert res.bound_source in SOURCES
-    assert cpu_seconds() - c0 <= 1.0 * 1.05 + 2
 
 
 def test_a_tiny_limit_still_returns_a_plan_and_a_bound():
@@ -283,12 +282,10 @@ def test_one_second_on_sixteen_devices_returns_a_plan_and_a_bound_in_time(planne
     from ortools.sat.python import cp_model  # noqa: F401
 
     inst = load_instance(ROOT / "instances/fleet/vgg16-16dev-4types.yaml")
-    started = time.perf_counter()
-    c0 = cpu_seconds()
-    res = get_planner(planner).solve(inst, objective="latency", time_limit=1.0)
-    wall = time.perf_counter() - started
-    assert cpu_seconds() - c0 <= 1.0 * 1.05 + 2.0, (wall, res.info.get("anytime"))
-    assert res.solve_time_s <= wall
+    with limit_clock() as clock:
+        res = get_planner(planner).solve(inst, objective="latency", time_limit=1.0)
+    assert clock.within(1.0), (str(clock), res.info.get("anytime"))
+    assert res.solve_time_s <= clock.wall
     assert res.plan is not None and res.metrics.in_space and res.metrics.feasible, res.message
     assert res.bound is not None and 0 < res.bound <= res.value
     assert res.bound_source in SOURCES
