@@ -240,3 +240,19 @@ def test_seed_rows_outside_the_space_get_a_covering_reference(tmp_path):
         plan = Plan.from_dict(r["_plan"])
         if not cuts.out_of_space(plan, inst_any) and r["feasible"]:
             assert r["ref_kind"] == "any-cut optimum" and r["ref_value"] == any_opt.value
+
+
+def test_the_caches_hold_at_most_their_budget_of_vectors_and_answer_the_same(monkeypatch):
+    """The caches are bounded by the vectors they hold, not by entries (4,096 entries of up to
+    200,000 vectors each could hold tens of GB); evicted lists are listed again, the same."""
+    from cachetools import LRUCache
+
+    budget = 3_000
+    monkeypatch.setattr(cuts, "MAX_CACHED_VECTORS", budget)
+    monkeypatch.setattr(cuts, "_CACHE", LRUCache(budget, getsizeof=len))
+    inst = tiny_any(splits=("any",), max_parts=3)
+    first = {n: cuts.cut_vectors(inst, n, 3) for n in range(20, 80, 5)}  # C(n - 1, 2): 171 to 2,926
+    assert sum(map(len, first.values())) > budget and cuts._CACHE.currsize <= budget
+    assert 0 < len(cuts._CACHE) < len(first)  # the oldest went first
+    assert all(cuts.cut_vectors(inst, n, 3) == v for n, v in first.items())
+    assert len(cuts.cut_vectors(inst, 90, 3)) == 88 * 89 // 2 and cuts._CACHE.currsize <= budget  # too large to keep

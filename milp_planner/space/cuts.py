@@ -13,9 +13,10 @@ family is no space a planner can search, and says so in one line) and stops at a
 from __future__ import annotations
 
 from fractions import Fraction
-from functools import lru_cache
 from itertools import combinations
 from math import comb, perm
+
+from cachetools import LRUCache
 
 from milp_planner.deadline import NEVER, Deadline
 from milp_planner.errors import PlannerError
@@ -83,8 +84,20 @@ def _valid(cuts: Cuts, n: int) -> bool:
 
 MAX_CUT_VECTORS = 200_000  # cut vectors of one family for one (extent, part count)
 _CHECK_EVERY = 4096  # enumeration steps between two deadline checks
-_CACHE: dict[tuple, tuple[Cuts, ...]] = {}
-_CACHE_SIZE = 4096
+#: cut vectors kept between calls, in all (about 100 bytes each): the lists by stage extent and
+#: part count, and the families' sets; the least recently used go first. Counted by entries
+#: (4,096 of up to ``MAX_CUT_VECTORS`` each), the caches could grow to tens of GB in a process
+#: that solves many instances.
+MAX_CACHED_VECTORS = 2_000_000
+_CACHE: LRUCache = LRUCache(MAX_CACHED_VECTORS, getsizeof=lambda v: max(1, len(v)))
+_FAMILIES: LRUCache = LRUCache(MAX_CACHED_VECTORS, getsizeof=lambda v: max(1, len(v)))
+
+
+def _kept(cache, key, value):
+    """``value``, stored under ``key`` when it fits the cache at all."""
+    if len(value) < MAX_CACHED_VECTORS:
+        cache[key] = value
+    return value
 
 
 def cut_vectors(instance: Instance, n: int, k: int, deadline: Deadline = NEVER) -> list[Cuts]:
@@ -95,10 +108,7 @@ def cut_vectors(instance: Instance, n: int, k: int, deadline: Deadline = NEVER) 
     key = (instance.search.splits, speeds(instance), n, k, instance.search.max_parts)
     hit = _CACHE.get(key)
     if hit is None:
-        hit = _cut_vectors(*key, deadline=deadline, where=instance.name)
-        if len(_CACHE) >= _CACHE_SIZE:
-            _CACHE.clear()
-        _CACHE[key] = hit
+        hit = _kept(_CACHE, key, _cut_vectors(*key, deadline=deadline, where=instance.name))
     return list(hit)
 
 
@@ -212,11 +222,14 @@ def cuts_in_space(instance: Instance, n: int, cuts: Cuts) -> bool:
     return False
 
 
-@lru_cache(maxsize=4096)
 def family_vectors(family: str, spd, n: int, k: int, max_parts: int, where: str) -> frozenset:
     """The cut vectors of one (non-grid) family, cached: ``out_of_space`` asks for the same
     stage extents again and again (capacity cuts on 8 devices: ~0.2 s each uncached)."""
-    return frozenset(_cut_vectors((family,), spd, n, k, max_parts, where=where))
+    key = (family, spd, n, k, max_parts)
+    hit = _FAMILIES.get(key)
+    if hit is None:
+        hit = _kept(_FAMILIES, key, frozenset(_cut_vectors((family,), spd, n, k, max_parts, where=where)))
+    return hit
 
 
 def ranges_from_cuts(cuts: Cuts, n: int) -> list[tuple[int, int]]:
