@@ -12,9 +12,12 @@ that solve (3.1 CPU s on a 1 s limit, the slow suite's flaky ``test_improve`` li
 limit when either is (wall: what the user saw; CPU: what the planner did on a loaded machine),
 and it freezes the test process's old objects out of the garbage collector for the block. A
 1 s run in a slow-suite worker that had used 1,160 CPU s took 3.1 CPU s (CI, stop 45), where
-the same run in a fresh process takes 1.0-1.1 s; 30 million objects held by the process add
-0.5 s to this run by themselves (one full collection), a cost of the test worker's heap, not
-of the planner.
+the same run in a fresh process takes 1.0-1.1 s (CPU and wall). The cause was not pinned down;
+two costs that are the test worker's, not the planner's, can do it: a full collection of a
+large heap (30 million objects held by the process add 0.5 s to this run, one collection), and
+CPU time of the process's other threads (every thread counts: a BLAS worker that spins after
+a call doubles the CPU time of a busy second). The message of a failure gives both clocks and
+the threads.
 """
 
 from __future__ import annotations
