@@ -90,8 +90,15 @@ _CHECK_EVERY = 4096  # enumeration steps between two deadline checks
 #: (4,096 of up to ``MAX_CUT_VECTORS`` each), the caches could grow to tens of GB in a process
 #: that solves many instances.
 MAX_CACHED_VECTORS = 2_000_000
-_CACHE: LRUCache = LRUCache(MAX_CACHED_VECTORS, getsizeof=lambda v: max(1, len(v)))
-_FAMILIES: LRUCache = LRUCache(MAX_CACHED_VECTORS, getsizeof=lambda v: max(1, len(v)))
+
+
+def _vector_cache() -> LRUCache:
+    """An LRU cache that counts each entry by its vectors (an empty list as one)."""
+    return LRUCache(MAX_CACHED_VECTORS, getsizeof=lambda v: max(1, len(v)))
+
+
+_CACHE = _vector_cache()  # (splits, speeds, n, k, max_parts) -> the cut vectors
+_FAMILIES = _vector_cache()  # (family, speeds, n, k, max_parts) -> their set
 
 
 def _kept(cache, key, value):
