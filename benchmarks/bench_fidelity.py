@@ -420,12 +420,16 @@ def reading(out: dict) -> list[str]:
         "- **Inside the workers, the same sub-models run slower than alone** (measured compute over "
         "`models alone`: " + "; ".join(slower) + "). The per-layer table prices each layer's kernel in "
         "a whole-model run; a deployed stage also pays its `run` call, the assembly of its inputs, the "
-        "storing of its outputs, and the caches the other stages' sub-models left cold. `profile` now "
-        "measures that per stage in a deployment (the model deployed a stage per layer and run by the "
-        "rank program, less one whole-model run, per stage: `stage_overhead_s`, below), so plans of "
-        "many short stages are no longer predicted too fast by that much. `rest`, for 1 rank ("
+        "storing of its outputs, and the caches the other stages' sub-models left cold. `profile` "
+        "measures that in deployments (the model deployed with 1 to 4 layers a stage and run by the "
+        "rank program, less one whole-model run), fitted as a cost per stage (`stage_overhead_s`) plus "
+        "a cost per layer (in the layers' tables), so plans of many short stages are no longer "
+        "predicted too fast by that much. `rest`, for 1 rank ("
         + "; ".join(rest) + "), is the workers' work outside the timed `run` calls; medians do not "
         "add up, so a few tenths of a millisecond either way are noise.",
+        "- **Two ranks on one host.** The two ranks share the host's caches and memory bandwidth, which "
+        "two devices would not: a layer whose weights do not fit the cache (VGG's classifier, 33 MB at "
+        "64 px) split over both ranks streams its halves at once and runs slower in each than alone.",
         "- **Two ranks on two cores.** Two ranks run truly in parallel only when the scheduler gives "
         "both a core at once; with any other process runnable (the launcher, a busy-waiting peer), it "
         "often does not, so the parallel stages of a 2-rank plan gain less than predicted, and MPICH's blocking receive polls (busy-waits) "
@@ -473,7 +477,8 @@ def _stage_overhead_lines(ok: list[dict]) -> list[str]:
     without = sum(abs(r["plan"]["predicted_no_stage_overhead_s"] - r["measured_s"]) / r["measured_s"] <= GOAL
                   for r in rows)
     return [f"The prediction includes the per-stage cost `stage_overhead_s` that `profile` measured "
-            f"({', '.join(f'{x * 1e6:.1f}' for x in ov)} us per stage and device); without it, "
+            f"({', '.join(f'{x * 1e6:.1f}' for x in ov)} us per stage and device; the per-layer part of the "
+            f"deployments' excess is in the layers' tables, see the device files); without it, "
             f"{without} of {len(rows)} plans would be within {GOAL * 100:.0f} %.", ""]
 
 

@@ -101,15 +101,33 @@ def test_the_stage_cost_is_the_deployment_excess_per_stage(monkeypatch):
     assert p.device_entry()["compute"]["stage_overhead_s"] == pytest.approx(1e-4)
     monkeypatch.setattr(prof, "deployed_stage_cost", lambda ref, graph, settings, depth=1: (0.9e-3, 6))
     assert profile_model("zoo:tiny_chain", settings=FAST).stage_cost_s == pytest.approx(5e-6)
-    # deeper stages cost more: 1 layer a stage 6 stages in 1.6 ms (0.1 ms each), 2 layers 3 stages
-    # in 1.45 ms (0.15), 3 layers 2 stages in 1.4 ms (0.2), 4 layers 2 stages in 1.5 ms (0.25):
-    # the mean, 0.175 ms, is charged
+    # deeper stages cost more: 1 layer a stage 6 stages in 1.6 ms (excess 0.6 ms), 2 layers 3
+    # stages in 1.45 ms (0.45), 3 layers 2 stages in 1.4 ms (0.4), 4 layers 2 stages in 1.5 ms
+    # (0.5). By hand: mean stages 3.25, mean excess 0.4875 ms; sum of (n - 3.25)(e - 0.4875) =
+    # 0.4125 ms, sum of (n - 3.25)^2 = 10.75; per stage 0.4125 / 10.75 = 0.0383721 ms, the rest
+    # 0.4875 - 3.25 x 0.0383721 = 0.3627907 ms over the 6 layers: 0.0604651 ms a layer
     runs = {1: (1.6e-3, 6), 2: (1.45e-3, 3), 3: (1.4e-3, 2), 4: (1.5e-3, 2)}
     monkeypatch.setattr(prof, "deployed_stage_cost", lambda ref, graph, settings, depth=1: runs[depth])
     p = profile_model("zoo:tiny_chain", settings=FAST)
-    assert p.stage_cost_s == pytest.approx(1.75e-4)
+    assert p.stage_cost_s == pytest.approx(3.83721e-5, rel=1e-5)
+    assert p.layer_overhead_s == pytest.approx(6.04651e-5, rel=1e-5)
     assert [k for k, *_ in p.staged] == [1, 2, 3, 4]
-    assert "4 layers a stage, 2 stages: 1.500 ms, 250.0 us a stage" in p.device_entry()["assumptions"]
+    entry = p.device_entry()
+    assert "4 layers a stage, 2 stages: 1.500 ms, 250.0 us a stage" in entry["assumptions"]
+    assert "per layer (60.5 us, in every point of the table)" in entry["assumptions"]
+    # every point of every layer's table carries the per-layer cost
+    for lp in p.layers:
+        table = entry["compute"]["table"][lp.name]
+        points = table["rows"] + table["channels"] if isinstance(table, dict) else table
+        measured = [pt.seconds for pt in lp.rows] + [pt.seconds for pt in lp.channels]
+        assert [s for _, s in points] == pytest.approx([m + p.layer_overhead_s for m in measured], rel=1e-3)
+    # stages that cost less when deeper (excess 0.9, 0.3, 0.1, 0.1 ms): the fit's rest would be
+    # negative (slope 2.15 / 10.75 = 0.2 ms, rest 0.35 - 3.25 x 0.2 = -0.3 ms), so it is 0 and the
+    # excess is all per stage: sum n e / sum n^2 = (6 x 0.9 + 3 x 0.3 + 2 x 0.1 + 2 x 0.1) / 53 ms
+    runs.update({1: (1.9e-3, 6), 2: (1.3e-3, 3), 3: (1.1e-3, 2), 4: (1.1e-3, 2)})
+    p = profile_model("zoo:tiny_chain", settings=FAST)
+    assert p.stage_cost_s == pytest.approx((5.4 + 0.9 + 0.2 + 0.2) / 53 * 1e-3, rel=1e-9)
+    assert p.layer_overhead_s == 0.0
 
     def fails(ref, graph, settings, depth=1):
         raise PlannerError("deploy: no room")
