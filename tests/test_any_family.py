@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from fractions import Fraction
 from itertools import combinations
 from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from builders import chain_graph, device, make_instance
 
 from milp_planner.errors import PlannerError
@@ -256,3 +259,21 @@ def test_the_caches_hold_at_most_their_budget_of_vectors_and_answer_the_same(mon
     assert 0 < len(cuts._CACHE) < len(first)  # the oldest went first
     assert all(cuts.cut_vectors(inst, n, 3) == v for n, v in first.items())
     assert len(cuts.cut_vectors(inst, 90, 3)) == 88 * 89 // 2 and cuts._CACHE.currsize <= budget  # too large to keep
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.fractions(min_value=Fraction(1, 10**9), max_value=10**6), min_size=1, max_size=6),
+       st.integers(1, 400), st.data())
+def test_capacity_cuts_in_integers_equal_the_rational_definition(spd, n, data):
+    """``integer_speeds`` scales the speeds to integers for speed (3 s in fractions for 43,680 orders
+    of 4 of 16 devices); the cuts must be docs/model.md's, computed here on the rationals:
+    cut i = floor(n x (s_1 + ... + s_i) / total + 1/2)."""
+    import math
+
+    order = data.draw(st.permutations(spd))
+    total = sum(order, Fraction(0))
+    want = tuple(math.floor(Fraction(n) * sum(order[:i + 1], Fraction(0)) / total + Fraction(1, 2))
+                 for i in range(len(order) - 1))
+    ints = cuts.integer_speeds(order)
+    assert all(isinstance(v, int) and v > 0 for v in ints)
+    assert cuts.capacity_cuts(n, list(ints)) == want == cuts.capacity_cuts(n, list(order))

@@ -158,8 +158,28 @@ def test_start_order_runs_hybrid_after_coopai_only_on_small_fleets():
 
     small, large = start_order("energy", 4), start_order("energy", 16)
     assert small.index("coopai") < small.index("hybrid") and large.index("hybrid") < large.index("coopai")
-    assert start_order("period", 4).index("hybrid") == 2 == start_order("period", 16).index("hybrid")
+    assert start_order("period", 4).index("hybrid") == 4 == start_order("period", 16).index("hybrid")
+    assert start_order("period", 16).index("pipeedge") == 3
     assert sorted(small) == sorted(large) == sorted(START_BASELINES)
+    # the baselines of a few milliseconds run before pipeedge's DP over device multisets
+    for objective in ("latency", "energy", "period", "memory"):
+        for n in (2, 4, 16):
+            order = start_order(objective, n)
+            assert order[:4] == ("offload", "modnn", "coedge", "pipeedge"), (objective, n, order)
+
+
+def test_a_short_start_on_a_large_fleet_runs_the_cheap_splits_before_pipeedge():
+    """A 6-layer chain over 16 devices: pipeedge takes about 0.66 s there. Run second (before
+    modnn and coedge), it spent a 0.5 s start alone, and ``dp`` returned the one-device plan
+    (3.98 s) at every limit up to 2.5 s; now modnn's plan (1.31 s, projected into the space)
+    comes first. (offload, run before modnn, takes about 0.12 s: the budget leaves it 4x.)"""
+    devs = [device(f"d{i}", 1000 + 37 * i, "0.01") for i in range(16)]
+    bw = [[0.0 if i == j else 3000.0 + 10 * i for j in range(16)] for i in range(16)]
+    inst = make_instance(chain_graph(6), devs, bw=bw, lat=0.001,
+                         search=SearchSpace(3, 4, ("equal", "capacity"), ("rows", "channels")))
+    rep = run_start(inst, "latency", 0.5, time_limit=1.0)
+    assert rep.outcomes["modnn"].endswith("(projected into the space)"), rep.outcomes
+    assert rep.start is not None and rep.start.value < 1.35 < 3.98 <= rep.values["offload"]
 
 
 def test_start_budget():

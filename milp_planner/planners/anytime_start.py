@@ -23,19 +23,23 @@ from milp_planner.space.cuts import nearest_cuts, ranges_from_cuts, stage_extent
 from milp_planner.space.plan import Part, Plan, Stage
 
 #: the fast baselines, cheapest and most often best first (measured: each well under a second
-#: on VGG16 with 7 devices; hidp and deeperthings take longer on 16 devices). ``pipeedge`` comes
-#: second: its pipelines respect the memory caps, which often no other baseline meets on typed
-#: fleets (about 0.3 s on ResNet50 with 16 devices of 4 types); modnn third: cheap, and its
-#: channel splits over every device often fit memory caps that the other plans break.
-#: ``hybrid`` comes after the cheap ones (offload, modnn, coedge: well under 0.1 s), except for
-#: the period (``start_order``): its groups give the best period plans by far on fleets of 5-16
-#: devices (VGG-19 on 8 Xavier NX boards: 13.0 ms against pipeedge's 20.95), in 0.2-0.9 s on VGG
-#: and 1.5-3 s on ResNet-101 and DenseNet-121 with 16 units, where it takes what is left of the
-#: start and returns its best plan at the limit; for latency it is sometimes the best (VGG-19 on
-#: 8 boards: 38.0 ms against coedge's 44.2) but as slow, so it must not starve coedge and coopai.
-START_BASELINES = ("offload", "pipeedge", "modnn", "coedge", "hybrid", "coopai", "aofl", "neurosurgeon",
+#: on VGG16 with 7 devices; hidp and deeperthings take longer on 16 devices). ``modnn`` and
+#: ``coedge`` come first after offload: a few milliseconds each (3 ms on a 6-layer chain over 16
+#: devices, 30 ms on ResNet50 over 16 devices of 4 types), and their splits over every device
+#: often fit memory caps that the other plans break. ``pipeedge`` next: its pipelines respect
+#: the memory caps, which often no other baseline meets on typed fleets (about 0.1-0.3 s on
+#: ResNet50 with 16 devices of 4 types), but its DP over device multisets takes 0.66 s on that
+#: 16-device chain: run second, it spent a 0.5 s start alone and the exact planner returned the
+#: one-device plan (3.98 s, against modnn's 1.31 s) at every limit up to 2.5 s.
+#: ``hybrid`` comes after the cheap ones, except for the period (``start_order``): its groups
+#: give the best period plans by far on fleets of 5-16 devices (VGG-19 on 8 Xavier NX boards:
+#: 13.0 ms against pipeedge's 20.95), in 0.2-0.9 s on VGG and 1.5-3 s on ResNet-101 and
+#: DenseNet-121 with 16 units, where it takes what is left of the start and returns its best
+#: plan at the limit; for latency it is sometimes the best (VGG-19 on 8 boards: 38.0 ms against
+#: coedge's 44.2) but as slow, so it must not starve coedge and coopai.
+START_BASELINES = ("offload", "modnn", "coedge", "pipeedge", "hybrid", "coopai", "aofl", "neurosurgeon",
                    "deeperthings", "hidp")
-#: baselines run third (after offload and pipeedge) for an objective
+#: baselines run right after pipeedge for an objective
 EARLY_BASELINES = {"period": ("hybrid",)}
 #: baselines run after ``coopai`` on fleets of at most ``SMALL_FLEET`` devices (latency, energy,
 #: memory), where coopai is fast and hybrid is not: on DenseNet-121 over 4 devices hybrid took the
@@ -59,11 +63,12 @@ PATIENT_SHARE = 0.8
 
 def start_order(objective: str, n_devices: int = 0) -> tuple[str, ...]:
     """``START_BASELINES`` in the order the start runs them for ``objective``: those of
-    ``EARLY_BASELINES[objective]`` moved to third place; else, on fleets of at most
+    ``EARLY_BASELINES[objective]`` moved right after pipeedge; else, on fleets of at most
     ``SMALL_FLEET`` devices (``n_devices``), those of ``LATE_ON_SMALL_FLEETS`` moved after coopai."""
     early = EARLY_BASELINES.get(objective, ())
     rest = tuple(b for b in START_BASELINES if b not in early)
-    order = rest[:2] + early + rest[2:]
+    at = rest.index("pipeedge") + 1
+    order = rest[:at] + early + rest[at:]
     if early or n_devices > SMALL_FLEET:
         return order
     late = tuple(b for b in LATE_ON_SMALL_FLEETS if b in order)
