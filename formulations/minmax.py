@@ -743,132 +743,157 @@ def _probe_meet(sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadl
     Labels near the middle of the graph are the most numerous, and neither side reaches far
     past it.
     """
-    pa = prob.pa
-    slack = T * (1 + 1e-9) + 1e-15 if math.isfinite(T) else math.inf
-    nA, nM = prob.add.shape[1], prob.mx.shape[1]
-    fwd, bwd = prob.side(), prob.side(backward=True)
-    bnd = np.fromiter((b for b, _ in sg.nodes), dtype=np.int64, count=sg.n_nodes)
-    use = prob.usable
-    out_arcs = [np.array([a for a in arcs if use[a]], dtype=np.int64) for arcs in sg.out_arcs]
-    in_arcs = [np.array([a for a in arcs if use[a]], dtype=np.int64) for arcs in sg.in_arcs]
-    support = np.zeros(len(sg.arcs), dtype=bool)
-    n_bnd = int(bnd.max()) + 1
-    wait_f = [_Chunks([]) for _ in range(n_bnd)]  # forward labels waiting per boundary
-    wait_b = [_Chunks([]) for _ in range(n_bnd)]
-    wait_f[int(bnd[sg.source])].parts.append((np.zeros((1, nA)), np.zeros((1, nM)), np.full(1, -1, np.int64),
-                                             np.full(1, -1, np.int64), np.full(1, sg.source, np.int64)))
-    tn = pa.term_nodes
-    for b in np.unique(bnd[tn]).tolist():
-        t = tn[bnd[tn] == b]
-        wait_b[b].parts.append((prob.term_add[t], np.zeros((len(t), nM)), np.full(len(t), -1, np.int64),
-                                np.full(len(t), -1, np.int64), t))
-    links = {True: ([], []), False: ([], [])}  # per side (forward?): the label each extends, the arc
-    count = {True: 0, False: 0}
-    best = None  # (value, forward label, backward label)
+    return _Meet(sg, prob, T, max_labels, deadline, stats).run()
 
-    def record(forward: bool, link, arc) -> np.ndarray:
+
+class _Meet:
+    """The state of one ``_probe_meet``: the labels waiting at each boundary on either side,
+    the links that rebuild a label's path, and the best join so far."""
+
+    def __init__(self, sg: StageGraph, prob: _Problem, T: float, max_labels: int, deadline: Deadline,
+                 stats: dict | None):
+        self.sg, self.prob, self.max_labels, self.deadline, self.stats = sg, prob, max_labels, deadline, stats
+        pa = prob.pa
+        self.slack = T * (1 + 1e-9) + 1e-15 if math.isfinite(T) else math.inf
+        self.nA, self.nM = nA, nM = prob.add.shape[1], prob.mx.shape[1]
+        self.fwd, self.bwd = prob.side(), prob.side(backward=True)
+        self.bnd = bnd = np.fromiter((b for b, _ in sg.nodes), dtype=np.int64, count=sg.n_nodes)
+        use = prob.usable
+        self.out_arcs = [np.array([a for a in arcs if use[a]], dtype=np.int64) for arcs in sg.out_arcs]
+        self.in_arcs = [np.array([a for a in arcs if use[a]], dtype=np.int64) for arcs in sg.in_arcs]
+        self.support = np.zeros(len(sg.arcs), dtype=bool)
+        self.n_bnd = n_bnd = int(bnd.max()) + 1
+        self.wait_f = [_Chunks([]) for _ in range(n_bnd)]  # forward labels waiting per boundary
+        self.wait_b = [_Chunks([]) for _ in range(n_bnd)]
+        self.wait_f[int(bnd[sg.source])].parts.append(
+            (np.zeros((1, nA)), np.zeros((1, nM)), np.full(1, -1, np.int64), np.full(1, -1, np.int64),
+             np.full(1, sg.source, np.int64)))
+        tn = pa.term_nodes
+        for b in np.unique(bnd[tn]).tolist():
+            t = tn[bnd[tn] == b]
+            self.wait_b[b].parts.append((prob.term_add[t], np.zeros((len(t), nM)), np.full(len(t), -1, np.int64),
+                                         np.full(len(t), -1, np.int64), t))
+        self.links = {True: ([], []), False: ([], [])}  # per side (forward?): the label each extends, the arc
+        self.count = {True: 0, False: 0}
+        self.best = None  # (value, forward label, backward label)
+
+    def run(self):
+        """(the best plan within ``T``: (arcs, value), or None; labels kept; the arcs extended)."""
+        lo_b, hi_b = 0, self.n_bnd - 1
+        while lo_b <= hi_b:
+            if self.wait_f[lo_b].rows() <= self.wait_b[hi_b].rows():
+                self.settle(lo_b, True, lo_b, hi_b)
+                lo_b += 1
+            else:
+                self.settle(hi_b, False, lo_b, hi_b)
+                hi_b -= 1
+        kept = self.count[True] + self.count[False]
+        if self.best is None:
+            return None, kept, self.support
+        return (self.path(), self.best[0]), kept, self.support
+
+    def path(self) -> list[int]:
+        """The arcs of the best join: the forward label's path, then the backward one's."""
+        halves = []
+        for forward, g in ((True, self.best[1]), (False, self.best[2])):
+            link, arc = (np.concatenate(x) for x in self.links[forward])
+            arcs = []
+            while arc[g] >= 0:
+                arcs.append(int(arc[g]))
+                g = int(link[g])
+            halves.append(arcs[::-1] if forward else arcs)
+        return halves[0] + halves[1]
+
+    def record(self, forward: bool, link, arc) -> np.ndarray:
+        """Number the labels kept on one side (their links rebuild their paths)."""
+        count = self.count
         gid = count[forward] + np.arange(len(link))
-        links[forward][0].append(link)
-        links[forward][1].append(arc)
+        self.links[forward][0].append(link)
+        self.links[forward][1].append(arc)
         count[forward] += len(link)
-        if count[True] + count[False] > max_labels:
-            raise LabelBudget(f"more than {max_labels:,} labels")
+        if count[True] + count[False] > self.max_labels:
+            raise LabelBudget(f"more than {self.max_labels:,} labels")
         return gid
 
-    def tick():
-        if deadline.passed():
+    def tick(self):
+        if self.deadline.passed():
             raise LabelBudget("the time limit ran out")
 
-    def pareto(S, M, link, arc):
+    def pareto(self, S, M, link, arc):
         if len(S) > 1:
-            keep = _undominated(np.hstack([S, M]), deadline)
+            keep = _undominated(np.hstack([S, M]), self.deadline)
             return S[keep], M[keep], link[keep], arc[keep]
         return S, M, link, arc
 
-    def join(fS, fM, fg, bS, bM, bg):
-        nonlocal best
+    def join(self, fS, fM, fg, bS, bM, bg):
+        """Every forward label with every backward one at a node: keep the best whole plan."""
+        nA, nM = self.nA, self.nM
         step = max(1, 400_000 // (len(bS) * max(1, nA + nM)))
         for lo in range(0, len(fS), step):
             if lo:
-                tick()
+                self.tick()
             S = fS[lo:lo + step, None, :] + bS[None, :, :]
             M = np.maximum(fM[lo:lo + step, None, :], bM[None, :, :])
-            v, ok = prob.value(S, M)
+            v, ok = self.prob.value(S, M)
             v = np.where(ok, v, np.inf)
             i = int(np.argmin(v))
             fi, bi = divmod(i, len(bS))
             val = float(v.flat[i])
-            if val <= slack and (best is None or val < best[0]):
-                best = (val, int(fg[lo + fi]), int(bg[bi]))
+            if val <= self.slack and (self.best is None or val < self.best[0]):
+                self.best = (val, int(fg[lo + fi]), int(bg[bi]))
 
-    def settle(b: int, forward: bool, lo_b: int, hi_b: int):
-        own, other = (wait_f[b], wait_b[b]) if forward else (wait_b[b], wait_f[b])
+    def settle(self, b: int, forward: bool, lo_b: int, hi_b: int):
+        """Settle boundary ``b`` from one side: its labels pruned, joined with the other side's
+        that crossed into it, and extended over the arcs to boundaries not yet settled."""
+        own, other = (self.wait_f[b], self.wait_b[b]) if forward else (self.wait_b[b], self.wait_f[b])
         groups, others = own.by_node(), {g[0]: g[1:] for g in other.by_node()}
         own.parts, other.parts = [], []
-        side = fwd if forward else bwd
-        arcs_of, ends = (out_arcs, pa.head) if forward else (in_arcs, pa.tail)
         row = None
-        if stats is not None:
-            row = stats.setdefault(b, {"side": "forward" if forward else "backward", "arrived": 0, "kept": 0,
-                                       "nodes": 0, "joined": 0})
+        if self.stats is not None:
+            row = self.stats.setdefault(b, {"side": "forward" if forward else "backward", "arrived": 0, "kept": 0,
+                                            "nodes": 0, "joined": 0})
         for v, S, M, link, arc in groups:
-            tick()
+            self.tick()
             arrived = len(S)
-            S, M, link, arc = pareto(S, M, link, arc)
-            gid = record(forward, link, arc)
+            S, M, link, arc = self.pareto(S, M, link, arc)
+            gid = self.record(forward, link, arc)
             if row is not None:
                 row["arrived"] += arrived
                 row["kept"] += len(S)
                 row["nodes"] += 1
             if v in others:  # the other side's labels that crossed into v: whole plans
-                oS, oM, olink, oarc = pareto(*others.pop(v))
-                ogid = record(not forward, olink, oarc)
+                oS, oM, olink, oarc = self.pareto(*others.pop(v))
+                ogid = self.record(not forward, olink, oarc)
                 if row is not None:
                     row["joined"] += len(oS)
                 if forward:
-                    join(S, M, gid, oS, oM, ogid)
+                    self.join(S, M, gid, oS, oM, ogid)
                 else:
-                    join(oS, oM, ogid, S, M, gid)
-            A = arcs_of[v]
-            if not len(A):
-                continue
-            nxt = ends[A]
-            open_ = (bnd[nxt] <= hi_b) if forward else (bnd[nxt] >= lo_b)  # not settled by the other side
-            A, nxt = A[open_], nxt[open_]
-            if not len(A):
-                continue
-            nb = bnd[nxt]
-            step = max(1, 400_000 // (len(A) * max(1, nA + nM + prob.lag_w.shape[1])))
-            for S2, M2, g2, ai in _extensions(prob, S, M, gid, A, step, slack, support, tick,
-                                              lambda Sb, Mb: prob.floor_grid(Sb, Mb, A, nxt, side)):
-                to, tob = nxt[ai], nb[ai]
-                waits = wait_f if forward else wait_b
-                for t in np.unique(tob).tolist():
-                    m = tob == t
-                    waits[t].parts.append((S2[m], M2[m], g2[m], A[ai[m]], to[m]))
+                    self.join(oS, oM, ogid, S, M, gid)
+            self.extend(v, S, M, gid, forward, lo_b, hi_b)
 
-    lo_b, hi_b = 0, n_bnd - 1
-    while lo_b <= hi_b:
-        if wait_f[lo_b].rows() <= wait_b[hi_b].rows():
-            settle(lo_b, True, lo_b, hi_b)
-            lo_b += 1
-        else:
-            settle(hi_b, False, lo_b, hi_b)
-            hi_b -= 1
-    kept = count[True] + count[False]
-    if best is None:
-        return None, kept, support
-    f_link, f_arc = (np.concatenate(x) for x in links[True])
-    b_link, b_arc = (np.concatenate(x) for x in links[False])
-    head, g = [], best[1]
-    while f_arc[g] >= 0:
-        head.append(int(f_arc[g]))
-        g = int(f_link[g])
-    tail, g = [], best[2]
-    while b_arc[g] >= 0:
-        tail.append(int(b_arc[g]))
-        g = int(b_link[g])
-    return (head[::-1] + tail, best[0]), kept, support
+    def extend(self, v: int, S, M, gid, forward: bool, lo_b: int, hi_b: int):
+        """The labels of node ``v`` over its arcs to boundaries the other side has not settled,
+        left waiting there."""
+        prob, bnd = self.prob, self.bnd
+        A = (self.out_arcs if forward else self.in_arcs)[v]
+        if not len(A):
+            return
+        nxt = (prob.pa.head if forward else prob.pa.tail)[A]
+        open_ = (bnd[nxt] <= hi_b) if forward else (bnd[nxt] >= lo_b)  # not settled by the other side
+        A, nxt = A[open_], nxt[open_]
+        if not len(A):
+            return
+        nb = bnd[nxt]
+        side = self.fwd if forward else self.bwd
+        waits = self.wait_f if forward else self.wait_b
+        step = max(1, 400_000 // (len(A) * max(1, self.nA + self.nM + prob.lag_w.shape[1])))
+        for S2, M2, g2, ai in _extensions(prob, S, M, gid, A, step, self.slack, self.support, self.tick,
+                                          lambda Sb, Mb: prob.floor_grid(Sb, Mb, A, nxt, side)):
+            to, tob = nxt[ai], nb[ai]
+            for t in np.unique(tob).tolist():
+                m = tob == t
+                waits[t].parts.append((S2[m], M2[m], g2[m], A[ai[m]], to[m]))
 
 
 GROWTH = 3.0  # a probe aims at this many times the labels of the last that found nothing
