@@ -443,28 +443,11 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
     if fixing is not None:
         assert list(fixing.devices) == capped, "the fixing was computed for other caps"
         usable &= fixing.keep(upper)
-    # additive caps: per arc and per terminal, their sums; arcs on no path within them go
-    cols = [(col, tcol, a.cap) for a in additive for col, tcol in _summed_columns(sg, a)]
-    R = np.column_stack([c for c, _, _ in cols]) if cols else np.zeros((n_arcs, 0))
-    rterm = np.full((sg.n_nodes, len(cols)), np.inf)
-    for j, (_, tcol, _) in enumerate(cols):
-        for t, c in tcol.items():
-            rterm[t, j] = c
-    rcap = np.array([cap_limit(cap) for _, _, cap in cols], dtype=float)  # the evaluator's slack
-    rsuf = np.zeros((sg.n_nodes, len(cols)))
-    for j in range(len(cols)):
-        col = np.where(usable, R[:, j], np.inf)
-        rpre = pa.prefix(col)
-        rsuf[:, j] = pa.suffix(col, rterm[pa.term_nodes, j])
-        usable &= rpre[pa.tail] + col + rsuf[pa.head, j] <= rcap[j]
+    R, rterm, rcap, rsuf = _additive_columns(sg, pa, additive, usable)  # (drops arcs from ``usable``)
+    nr = R.shape[1]
     cost = np.where(usable, base, np.inf)
     suf = pa.suffix(cost, term[pa.term_nodes])
-    # labels track the devices some path can overflow (heaviest weights plus largest working
-    # set above the cap) and those the Lagrangian prices; the others add nothing
-    heavy = [pa.prefix(np.where(usable, -Wall[:, j].astype(float), np.inf)) for j in range(len(capped))]
-    track = [j for j in range(len(capped))
-             if -float(np.min(heavy[j][np.isfinite(heavy[j])], initial=0.0)) + float(Kall[usable, j].max(initial=0))
-             > capv[j] or (fixing is not None and fixing.lam[j] > 0)]
+    track = _tracked(pa, usable, Wall, Kall, capv, fixing)
     W, K, capv = Wall[:, track], Kall[:, track], capv[track]
     if fixing is not None:
         lam_t = fixing.lam[track]
@@ -475,7 +458,6 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
 
     pending: list[list] = [[] for _ in range(sg.n_nodes)]
     k = len(track)
-    nr = len(cols)
     pending[sg.source].append((np.zeros(1), np.zeros((1, k), np.int64), np.zeros((1, k), np.int64),
                                np.zeros((1, nr)), np.full(1, -1, np.int64), np.full(1, -1, np.int64)))
     parents: list[np.ndarray] = []
@@ -488,19 +470,11 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
         pending[v] = []
         if not chunks:
             continue
-        C = np.concatenate([c[0] for c in chunks])
-        Wl = np.concatenate([c[1] for c in chunks])
-        Ml = np.concatenate([c[2] for c in chunks])
-        Rl = np.concatenate([c[3] for c in chunks])
-        par = np.concatenate([c[4] for c in chunks])
-        arc = np.concatenate([c[5] for c in chunks])
-        waiting -= len(C)
-        keep = undominated(C, np.hstack([Wl.astype(float), Ml.astype(float), Rl])) if len(C) > 1 \
-            else np.arange(len(C))
-        C, Wl, Ml, Rl = C[keep], Wl[keep], Ml[keep], Rl[keep]
+        waiting -= sum(len(c[0]) for c in chunks)
+        C, Wl, Ml, Rl, par, arc = _undominated_labels(chunks)
         gid = n_kept + np.arange(len(C))
-        parents.append(par[keep])
-        via.append(arc[keep])
+        parents.append(par)
+        via.append(arc)
         n_kept += len(C)
         if n_kept > max_labels:
             raise LabelLimit(f"more than {max_labels} labels")
@@ -534,3 +508,47 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
         path.append(int(arc_of[g]))
         g = int(parent[g])
     return CappedPath(path[::-1], best[0], support)
+
+
+def _undominated_labels(chunks: list[tuple]) -> tuple:
+    """The labels waiting at a node (chunks of cost, weights, largest working sets, summed
+    resources, parent, arc), those another is no worse than in every column left out."""
+    C, Wl, Ml, Rl, par, arc = (np.concatenate([c[i] for c in chunks]) for i in range(6))
+    if len(C) > 1:
+        keep = undominated(C, np.hstack([Wl.astype(float), Ml.astype(float), Rl]))
+        C, Wl, Ml, Rl, par, arc = C[keep], Wl[keep], Ml[keep], Rl[keep], par[keep], arc[keep]
+    return C, Wl, Ml, Rl, par, arc
+
+
+def _additive_columns(sg: StageGraph, pa: PathArrays, additive, usable: np.ndarray):
+    """The additive caps' summed resources: per arc (``R``, arcs x columns), per terminal
+    (``rterm``), their limits (``rcap``, with the evaluator's slack) and the least still to come
+    from each node (``rsuf``). The arcs on no path within them are cleared from ``usable``."""
+    cols = [(col, tcol, a.cap) for a in additive for col, tcol in _summed_columns(sg, a)]
+    R = np.column_stack([c for c, _, _ in cols]) if cols else np.zeros((len(sg.arcs), 0))
+    rterm = np.full((sg.n_nodes, len(cols)), np.inf)
+    for j, (_, tcol, _) in enumerate(cols):
+        for t, c in tcol.items():
+            rterm[t, j] = c
+    rcap = np.array([cap_limit(cap) for _, _, cap in cols], dtype=float)
+    rsuf = np.zeros((sg.n_nodes, len(cols)))
+    for j in range(len(cols)):
+        col = np.where(usable, R[:, j], np.inf)
+        rpre = pa.prefix(col)
+        rsuf[:, j] = pa.suffix(col, rterm[pa.term_nodes, j])
+        usable &= rpre[pa.tail] + col + rsuf[pa.head, j] <= rcap[j]
+    return R, rterm, rcap, rsuf
+
+
+def _tracked(pa: PathArrays, usable: np.ndarray, Wall: np.ndarray, Kall: np.ndarray, capv: np.ndarray,
+             fixing: Fixing | None) -> list[int]:
+    """The capped devices the labels carry: those some path can overflow (its heaviest weights
+    plus its largest working set above the cap) and those the Lagrangian prices; the others add
+    nothing."""
+    track = []
+    for j in range(Wall.shape[1]):
+        heavy = pa.prefix(np.where(usable, -Wall[:, j].astype(float), np.inf))
+        most = -float(np.min(heavy[np.isfinite(heavy)], initial=0.0)) + float(Kall[usable, j].max(initial=0))
+        if most > capv[j] or (fixing is not None and fixing.lam[j] > 0):
+            track.append(j)
+    return track
