@@ -512,7 +512,7 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
 
 def _undominated_labels(chunks: list[tuple]) -> tuple:
     """The labels waiting at a node (chunks of cost, weights, largest working sets, summed
-    resources, parent, arc), those another is no worse than in every column left out."""
+    resources, parent, arc) less those another label is no worse than in every column."""
     C, Wl, Ml, Rl, par, arc = (np.concatenate([c[i] for c in chunks]) for i in range(6))
     if len(C) > 1:
         keep = undominated(C, np.hstack([Wl.astype(float), Ml.astype(float), Rl]))
