@@ -141,8 +141,8 @@ class HostProfile:
     def device_entry(self) -> dict:
         """The device-file content: ``compute`` (a ``table`` model) plus ``source``/``assumptions``."""
         table: dict = {}
+        extra = self.layer_overhead_s
         for lp in self.layers:
-            extra = self.layer_overhead_s
             rows = [[_frac_out(p.fraction), _sec_out(p.seconds + extra)] for p in lp.rows]
             chans = [[_frac_out(p.fraction), _sec_out(p.seconds + extra)] for p in lp.channels]
             if chans and rows:
@@ -696,7 +696,8 @@ def fit_stage_costs(staged: list[tuple[int, int, float, float]], whole_run: floa
     """(seconds per stage, seconds per layer): the least-squares fit of each deployment's excess
     over the whole model (``per_stage_costs``: stages ``n``, one run ``t``) as ``a n + c``, with
     ``a`` at least one run call (``overhead``) and ``c`` at least 0, ``c`` spread over the
-    ``n_layers`` layers (every deployment runs each layer once).
+    ``n_layers`` layers (every deployment runs each layer once; a layer left out of the table,
+    priced by the file's ``macs_per_s``, does not carry its share).
 
     The per-stage excess grows with the layers a stage holds on most models (profiles of
     2026-11-29, 1 to 4 layers a stage: MobileNetV2 54 to 100 us, ResNet-18 42 to 62, VGG-16 96

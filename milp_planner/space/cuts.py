@@ -99,9 +99,8 @@ MAX_CUT_VECTORS = 200_000  # cut vectors of one family for one (extent, part cou
 _CHECK_EVERY = 4096  # enumeration steps between two deadline checks
 #: cut vectors kept between calls by each cache (about 100 bytes each, so some 200 MB): the
 #: lists by stage extent and part count, and the families' sets; the least recently used go
-#: first. Counted by entries
-#: (4,096 of up to ``MAX_CUT_VECTORS`` each), the caches could grow to tens of GB in a process
-#: that solves many instances.
+#: first. Counted by entries (4,096 of up to ``MAX_CUT_VECTORS`` each), the caches could grow to
+#: tens of GB in a process that solves many instances.
 MAX_CACHED_VECTORS = 2_000_000
 
 
