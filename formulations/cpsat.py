@@ -95,91 +95,43 @@ def build_cpsat(sg: StageGraph, objective: str, arcs: list[int] | None = None,
     """A CP-SAT model of the plan space ``sg`` (restricted to ``arcs`` when given); ``typical``:
     a plan's (seconds, joules) that sets the units (default ``magnitudes(sg)``)."""
     inst = sg.instance
-    most_s, most_j = magnitudes(sg)  # every layer at its dearest arc: no plan sums more
-    seconds, joules = typical if typical is not None else (most_s, most_j)
-    for cap in (inst.constraints.latency_s, inst.constraints.period_s):
-        if cap is not None:
-            seconds = max(seconds, float(cap))
-    if inst.constraints.energy_j is not None:
-        joules = max(joules, float(inst.constraints.energy_j))
-    time_res = _resolution(TIME_RES, seconds, most_s)
-    energy_res = _resolution(ENERGY_RES, joules, most_j)
-    n_dev = len(inst.devices)
+    time_res, energy_res = _resolutions(sg, typical)
     n_layers = len(inst.graph.layers)
     arc_ids = list(range(len(sg.arcs))) if arcs is None else list(arcs)
     over = arcs_over_caps(sg, arc_ids)  # on no path within the latency / energy caps: left out
     arc_ids = [a for a in arc_ids if a not in over]
-    keep = set(arc_ids)
     m = cp_model.CpModel()
     x = {a: m.NewBoolVar(f"x{a}") for a in arc_ids}
     end = {t: m.NewBoolVar(f"end{t}") for t in sg.terminals}
-    for v in range(sg.n_nodes):
-        inflow = [x[a] for a in sg.in_arcs[v] if a in keep]
-        outflow = [x[a] for a in sg.out_arcs[v] if a in keep]
-        if v == sg.source:
-            m.AddExactlyOne(outflow)
-        elif v in sg.terminals:
-            m.Add(sum(inflow) == end[v])
-        elif inflow or outflow:
-            m.Add(sum(inflow) == sum(outflow))
-    covering: list[list[int]] = [[] for _ in range(n_layers)]
-    for a in arc_ids:
-        o = sg.arcs[a].option
-        for lid in range(o.first, o.last + 1):
-            covering[lid].append(a)
-    for lid in range(n_layers):
-        m.AddExactlyOne([x[a] for a in covering[lid]])
+    covering = _path_flow(m, sg, arc_ids, x, end)
+    memory, memory_ub = _memory(m, sg, arc_ids, x, covering)
 
-    memory = {}
-    memory_ub = {}
-    caps = {d: dev.memory_bytes for d, dev in enumerate(inst.devices)
-            if dev.memory_bytes is not None and inst.constraints.memory}
-    for d in range(n_dev):
-        wmax = sum(max((sg.arcs[a].weights[d] for a in covering[l]), default=0) for l in range(n_layers))
-        smax = max((sg.arcs[a].working[d] for a in arc_ids), default=0)
-        working = m.NewIntVar(0, smax, f"working{d}")
-        for lid in range(n_layers):
-            m.Add(working >= sum(sg.arcs[a].working[d] * x[a] for a in covering[lid] if sg.arcs[a].working[d]))
-        mem = m.NewIntVar(0, wmax + smax, f"memory{d}")
-        memory_ub[d] = wmax + smax
-        m.Add(mem == sum(sg.arcs[a].weights[d] * x[a] for a in arc_ids if sg.arcs[a].weights[d]) + working)
-        if d in caps:
-            m.Add(mem <= caps[d])
-        memory[d] = mem
+    def units(v: float) -> int:
+        return _units(v, time_res)
 
-    latency = (sum(_units(sg.arcs[a].tau, time_res) * x[a] for a in arc_ids)
-               + sum(_units(sg.terminals[t].gather_s, time_res) * end[t] for t in end))
+    latency = (sum(units(sg.arcs[a].tau) * x[a] for a in arc_ids)
+               + sum(units(sg.terminals[t].gather_s) * end[t] for t in end))
     energy = (sum(_units(sg.arcs[a].energy, energy_res) * x[a] for a in arc_ids)
               + sum(_units(sg.terminals[t].energy, energy_res) * end[t] for t in end))
     # a cap in units, widened by what rounding may add to a plan's sum (a plan within the cap is
     # never left out; one the widening lets over it is cut off by the driver, ``solve_cpsat``)
     widen = n_layers + 2
     if inst.constraints.latency_s is not None:
-        m.Add(latency <= _units(float(inst.constraints.latency_s), time_res) + widen)
+        m.Add(latency <= units(float(inst.constraints.latency_s)) + widen)
     if inst.constraints.energy_j is not None:
         m.Add(energy <= _units(float(inst.constraints.energy_j), energy_res) + widen)
-
-    period = None
-    scale = 1.0 / time_res
-    loads = []  # the period's terms in ns, exactly the evaluator's (see formulations.milp)
+    loads = []  # the period's terms in units, exactly the evaluator's (see formulations.milp)
     if objective == "period" or inst.constraints.period_s is not None:
-        for d in range(n_dev):
-            loads.append(sum(_units(sg.arcs[a].load[d], time_res) * x[a] for a in arc_ids if sg.arcs[a].load[d])
-                         + sum(_units(sg.terminals[t].load[d], time_res) * end[t] for t in end))
-        if inst.network.medium == "shared":
-            loads.append(sum(_units(sg.arcs[a].transfer_s, time_res) * x[a] for a in arc_ids)
-                         + sum(_units(sg.terminals[t].gather_s, time_res) * end[t] for t in end))
+        loads = _loads(sg, arc_ids, x, end, units)
     if inst.constraints.period_s is not None:
-        cap = _units(float(inst.constraints.period_s), time_res) + widen
+        cap = units(float(inst.constraints.period_s)) + widen
         for expr in loads:
             if not isinstance(expr, int):
                 m.Add(expr <= cap)
+    period = None
+    scale = 1.0 / time_res
     if objective == "period":
-        ub = sum(max((_units(max(sg.arcs[a].load), time_res) for a in covering[l]), default=0)
-                 for l in range(n_layers)) + max((_units(t.gather_s, time_res) for t in sg.terminals.values()), default=0)
-        ub = max(ub, sum(max((_units(sg.arcs[a].transfer_s, time_res) for a in covering[l]), default=0)
-                         for l in range(n_layers)) + ub)
-        period = m.NewIntVar(0, ub, "period")
+        period = m.NewIntVar(0, _period_ub(sg, covering, units), "period")
         for expr in loads:
             m.Add(period >= expr)
         m.Minimize(period)
@@ -194,3 +146,83 @@ def build_cpsat(sg: StageGraph, objective: str, arcs: list[int] | None = None,
     else:
         m.Minimize(latency)
     return CpsatModel(m, x, end, memory, latency, energy, period, objective, scale, n_layers)
+
+
+def _resolutions(sg: StageGraph, typical: tuple[float, float] | None) -> tuple[float, float]:
+    """(seconds, joules) per unit, from ``typical`` (default ``magnitudes(sg)``) widened to the
+    caps, and what keeps the dearest plan within ``MAX_UNITS``."""
+    cons = sg.instance.constraints
+    most_s, most_j = magnitudes(sg)  # every layer at its dearest arc: no plan sums more
+    seconds, joules = typical if typical is not None else (most_s, most_j)
+    for cap in (cons.latency_s, cons.period_s):
+        if cap is not None:
+            seconds = max(seconds, float(cap))
+    if cons.energy_j is not None:
+        joules = max(joules, float(cons.energy_j))
+    return _resolution(TIME_RES, seconds, most_s), _resolution(ENERGY_RES, joules, most_j)
+
+
+def _path_flow(m: cp_model.CpModel, sg: StageGraph, arc_ids: list[int], x: dict, end: dict) -> list[list[int]]:
+    """One path of chosen arcs from the source to a terminal, covering every layer once.
+    Returns the arcs covering each layer."""
+    keep = set(arc_ids)
+    for v in range(sg.n_nodes):
+        inflow = [x[a] for a in sg.in_arcs[v] if a in keep]
+        outflow = [x[a] for a in sg.out_arcs[v] if a in keep]
+        if v == sg.source:
+            m.AddExactlyOne(outflow)
+        elif v in sg.terminals:
+            m.Add(sum(inflow) == end[v])
+        elif inflow or outflow:
+            m.Add(sum(inflow) == sum(outflow))
+    covering: list[list[int]] = [[] for _ in sg.instance.graph.layers]
+    for a in arc_ids:
+        o = sg.arcs[a].option
+        for lid in range(o.first, o.last + 1):
+            covering[lid].append(a)
+    for arcs in covering:
+        m.AddExactlyOne([x[a] for a in arcs])
+    return covering
+
+
+def _memory(m: cp_model.CpModel, sg: StageGraph, arc_ids: list[int], x: dict,
+            covering: list[list[int]]) -> tuple[dict, dict]:
+    """Per device its memory (weights + the largest working set, bytes; capped when the
+    instance caps memory) and that variable's upper bound."""
+    inst = sg.instance
+    caps = {d: dev.memory_bytes for d, dev in enumerate(inst.devices)
+            if dev.memory_bytes is not None and inst.constraints.memory}
+    memory, memory_ub = {}, {}
+    for d in range(len(inst.devices)):
+        wmax = sum(max((sg.arcs[a].weights[d] for a in arcs), default=0) for arcs in covering)
+        smax = max((sg.arcs[a].working[d] for a in arc_ids), default=0)
+        working = m.NewIntVar(0, smax, f"working{d}")
+        for arcs in covering:
+            m.Add(working >= sum(sg.arcs[a].working[d] * x[a] for a in arcs if sg.arcs[a].working[d]))
+        mem = m.NewIntVar(0, wmax + smax, f"memory{d}")
+        memory_ub[d] = wmax + smax
+        m.Add(mem == sum(sg.arcs[a].weights[d] * x[a] for a in arc_ids if sg.arcs[a].weights[d]) + working)
+        if d in caps:
+            m.Add(mem <= caps[d])
+        memory[d] = mem
+    return memory, memory_ub
+
+
+def _loads(sg: StageGraph, arc_ids: list[int], x: dict, end: dict, units) -> list:
+    """The period's terms in units: each device's compute + receive time (the sink's with the
+    gather), and on a shared medium every transfer."""
+    loads = [sum(units(sg.arcs[a].load[d]) * x[a] for a in arc_ids if sg.arcs[a].load[d])
+             + sum(units(sg.terminals[t].load[d]) * end[t] for t in end)
+             for d in range(len(sg.instance.devices))]
+    if sg.instance.network.medium == "shared":
+        loads.append(sum(units(sg.arcs[a].transfer_s) * x[a] for a in arc_ids)
+                     + sum(units(sg.terminals[t].gather_s) * end[t] for t in end))
+    return loads
+
+
+def _period_ub(sg: StageGraph, covering: list[list[int]], units) -> int:
+    """An upper bound of the period variable: every layer at its dearest load, the gather, and
+    the medium's transfers on top."""
+    ub = (sum(max((units(max(sg.arcs[a].load)) for a in arcs), default=0) for arcs in covering)
+          + max((units(t.gather_s) for t in sg.terminals.values()), default=0))
+    return max(ub, sum(max((units(sg.arcs[a].transfer_s) for a in arcs), default=0) for arcs in covering) + ub)

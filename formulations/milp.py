@@ -64,19 +64,31 @@ def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,
     exceeded by rounding; times are in seconds and energy in joules.
     """
     inst = sg.instance
-    n_dev = len(inst.devices)
-    n_layers = len(inst.graph.layers)
     arc_ids = list(range(len(sg.arcs))) if arcs is None else list(arcs)
     over = arcs_over_caps(sg, arc_ids)  # on no path within the latency / energy caps: left out
     arc_ids = [a for a in arc_ids if a not in over]
-    keep = set(arc_ids)
     m = pyo.ConcreteModel(name=f"plan space of {inst.name}")
     m.ARCS = pyo.Set(initialize=arc_ids, ordered=True)
-    m.DEV = pyo.RangeSet(0, n_dev - 1)
-    m.LAYERS = pyo.RangeSet(0, n_layers - 1)
+    m.DEV = pyo.RangeSet(0, len(inst.devices) - 1)
+    m.LAYERS = pyo.RangeSet(0, len(inst.graph.layers) - 1)
     m.TERM = pyo.Set(initialize=sorted(sg.terminals), ordered=True)
     m.x = pyo.Var(m.ARCS, within=pyo.Binary)
     m.end = pyo.Var(m.TERM, within=pyo.Binary)
+    covering = _path_flow(m, sg, arc_ids)
+    _memory(m, sg, arc_ids, covering, memory_scale)
+    _latency_and_energy(m, sg, arc_ids)
+    if objective == "period" or inst.constraints.period_s is not None:
+        _device_loads(m, sg, arc_ids)
+    _objective(m, inst, objective)
+    m.objective_name = objective
+    m.memory_scale = memory_scale
+    return m
+
+
+def _path_flow(m: pyo.ConcreteModel, sg: StageGraph, arc_ids: list[int]) -> list[list[int]]:
+    """``m.flow`` and ``m.cover``: the chosen arcs form one path from the source to a terminal
+    and cover every layer once. Returns the arcs covering each layer."""
+    keep = set(arc_ids)
 
     def flow_rule(m, v):
         inflow = sum(m.x[a] for a in sg.in_arcs[v] if a in keep)
@@ -91,15 +103,18 @@ def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,
 
     m.NODES = pyo.Set(initialize=range(sg.n_nodes))
     m.flow = pyo.Constraint(m.NODES, rule=flow_rule)
-
-    covering: list[list[int]] = [[] for _ in range(n_layers)]
+    covering: list[list[int]] = [[] for _ in m.LAYERS]
     for a in arc_ids:
         o = sg.arcs[a].option
         for lid in range(o.first, o.last + 1):
             covering[lid].append(a)
     m.cover = pyo.Constraint(m.LAYERS, rule=lambda m, l: sum(m.x[a] for a in covering[l]) == 1)
+    return covering
 
-    s = memory_scale
+
+def _memory(m: pyo.ConcreteModel, sg: StageGraph, arc_ids: list[int], covering: list[list[int]], s: float) -> None:
+    """``m.weights``, ``m.working`` (the largest working set over the stages), ``m.memory`` and
+    the memory caps, in units of ``1 / s`` bytes."""
     m.weights = pyo.Expression(m.DEV, rule=lambda m, d: sum(s * sg.arcs[a].weights[d] * m.x[a]
                                                             for a in arc_ids if sg.arcs[a].weights[d]))
     m.working = pyo.Var(m.DEV, within=pyo.NonNegativeReals)
@@ -108,38 +123,49 @@ def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,
         rule=lambda m, l, d: m.working[d] >= sum(s * sg.arcs[a].working[d] * m.x[a] for a in covering[l])
         if any(sg.arcs[a].working[d] for a in covering[l]) else pyo.Constraint.Skip)
     m.memory = pyo.Expression(m.DEV, rule=lambda m, d: m.weights[d] + m.working[d])
-
+    inst = sg.instance
     if inst.constraints.memory:
         caps = {d: dev.memory_bytes for d, dev in enumerate(inst.devices) if dev.memory_bytes is not None}
         m.CAPPED = pyo.Set(initialize=sorted(caps))
         m.memory_cap = pyo.Constraint(m.CAPPED, rule=lambda m, d: m.memory[d] <= s * caps[d])
 
+
+def _latency_and_energy(m: pyo.ConcreteModel, sg: StageGraph, arc_ids: list[int]) -> None:
+    """``m.latency`` and ``m.energy`` (the stages' and the gather's) and their caps, as rows
+    scaled to a right-hand side of 1 so that the solver's feasibility tolerance is relative to
+    the cap, as the evaluator's slack is."""
     m.latency = pyo.Expression(expr=sum(sg.arcs[a].tau * m.x[a] for a in arc_ids)
                                + sum(sg.terminals[t].gather_s * m.end[t] for t in m.TERM))
     m.energy = pyo.Expression(expr=sum(sg.arcs[a].energy * m.x[a] for a in arc_ids)
                               + sum(sg.terminals[t].energy * m.end[t] for t in m.TERM))
-    # caps as rows scaled to a right-hand side of 1, so the solver's feasibility tolerance is
-    # relative to the cap, as the evaluator's slack is
-    if inst.constraints.latency_s is not None:
-        m.latency_cap = pyo.Constraint(expr=m.latency / float(inst.constraints.latency_s) <= 1.0)
-    if inst.constraints.energy_j is not None:
-        m.energy_cap = pyo.Constraint(expr=m.energy / float(inst.constraints.energy_j) <= 1.0)
+    cons = sg.instance.constraints
+    if cons.latency_s is not None:
+        m.latency_cap = pyo.Constraint(expr=m.latency / float(cons.latency_s) <= 1.0)
+    if cons.energy_j is not None:
+        m.energy_cap = pyo.Constraint(expr=m.energy / float(cons.energy_j) <= 1.0)
 
-    # the period's terms, exactly the evaluator's: each device's compute + receive time summed
-    # over the stages (the sink also receives the gather), and on a shared medium every transfer
-    if objective == "period" or inst.constraints.period_s is not None:
-        m.device_load = pyo.Expression(
-            m.DEV, rule=lambda m, d: sum(sg.arcs[a].load[d] * m.x[a] for a in arc_ids if sg.arcs[a].load[d])
-            + sum(sg.terminals[t].load[d] * m.end[t] for t in m.TERM))
-        if inst.network.medium == "shared":
-            m.medium = pyo.Expression(expr=sum(sg.arcs[a].transfer_s * m.x[a] for a in arc_ids)
-                                      + sum(sg.terminals[t].gather_s * m.end[t] for t in m.TERM))
-    if inst.constraints.period_s is not None:
-        cap = float(inst.constraints.period_s)
+
+def _device_loads(m: pyo.ConcreteModel, sg: StageGraph, arc_ids: list[int]) -> None:
+    """The period's terms, exactly the evaluator's: ``m.device_load`` (each device's compute +
+    receive time summed over the stages; the sink also receives the gather), ``m.medium`` on a
+    shared medium (every transfer), and the period cap when set."""
+    shared = sg.instance.network.medium == "shared"
+    m.device_load = pyo.Expression(
+        m.DEV, rule=lambda m, d: sum(sg.arcs[a].load[d] * m.x[a] for a in arc_ids if sg.arcs[a].load[d])
+        + sum(sg.terminals[t].load[d] * m.end[t] for t in m.TERM))
+    if shared:
+        m.medium = pyo.Expression(expr=sum(sg.arcs[a].transfer_s * m.x[a] for a in arc_ids)
+                                  + sum(sg.terminals[t].gather_s * m.end[t] for t in m.TERM))
+    if sg.instance.constraints.period_s is not None:
+        cap = float(sg.instance.constraints.period_s)
         m.period_cap = pyo.Constraint(m.DEV, rule=lambda m, d: m.device_load[d] / cap <= 1.0)
-        if inst.network.medium == "shared":
+        if shared:
             m.period_medium_cap = pyo.Constraint(expr=m.medium / cap <= 1.0)
 
+
+def _objective(m: pyo.ConcreteModel, inst, objective: str) -> None:
+    """``m.obj``: the period (``m.period`` above every device's load and the medium's), the
+    peak memory (``m.peak``), the energy or the latency."""
     if objective == "period":
         m.period = pyo.Var(within=pyo.NonNegativeReals)
         m.period_lb = pyo.Constraint(m.DEV, rule=lambda m, d: m.period >= m.device_load[d])
@@ -154,9 +180,6 @@ def build_milp(sg: StageGraph, objective: str, arcs: list[int] | None = None,
         m.obj = pyo.Objective(expr=m.energy)
     else:
         m.obj = pyo.Objective(expr=m.latency)
-    m.objective_name = objective
-    m.memory_scale = s
-    return m
 
 
 def fresh_highs_threads() -> None:
