@@ -839,21 +839,7 @@ class _FloorCost:
         state, where only the source holds the graph's inputs) also receives what it reads of
         them from the source."""
         devices, comp, mask, needs = tab.flat()
-        # per column of ``heads``: the options sorted by exit, where each exit's run starts, its id
-        reducers = []
-        for h in range(tab.heads.shape[1]):
-            rows = np.arange(len(tab.heads)) if h == 0 else np.flatnonzero(tab.heads[:, h] != tab.heads[:, 0])
-            if not len(rows):
-                continue
-            head = tab.heads[rows, h]
-            order = rows[np.argsort(head, kind="stable")]
-            starts = np.flatnonzero(np.r_[True, np.diff(tab.heads[order, h]) != 0])
-            reducers.append((order, starts, tab.heads[order, h][starts]))
-        if len(reducers) == 1:  # the options priced in exit order: one contiguous reduction
-            keep = reducers[0][0]
-            reducers = [(None,) + reducers[0][1:]]
-        else:
-            keep = np.arange(len(tab.heads))
+        keep, reducers = _exit_reducers(tab.heads)
         load_comp = comp  # unweighted: each part's relaxed compute (the threshold filter's)
         weighted = self.objective == "period" and self.weights is not None
         if weighted:
@@ -906,35 +892,7 @@ class _FloorCost:
             for lo in range(0, P, rows):
                 _check(deadline, force=True)
                 hi = min(P, lo + rows)
-                # a tensor read in the same layout by every row of the chunk adds one (parts, 1,
-                # options) row: those are summed first, and only the others are gathered
-                base = None
-                varying = []
-                for r_t, which in terms:
-                    sel = which[lo:hi]
-                    if (sel == sel[0]).all():
-                        row = r_t[:, sel[0]:sel[0] + 1]
-                        base = row.copy() if base is None else np.add(base, row, out=base)
-                    else:
-                        varying.append((r_t, sel))
-                rr = None
-                if len(varying) == 1 and base is None and (np.diff(varying[0][1]) == 1).all():
-                    r_t, sel = varying[0]  # consecutive layouts of one tensor: a view, no copy
-                    rr = r_t[:, sel[0]:sel[-1] + 1]
-                elif varying:
-                    # two buffers reused across the chunks (fresh large temporaries cost page faults)
-                    shape = (comp.shape[1], hi - lo, len(keep))
-                    if bufs is None or bufs[0].shape[1] < hi - lo:
-                        bufs = (np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32))
-                    rr, tmp = bufs[0][:, :hi - lo], bufs[1][:, :hi - lo]
-                    np.take(varying[0][0], varying[0][1], axis=1, out=rr, mode=_UNBUFFERED)
-                    for r_t, sel in varying[1:]:
-                        np.take(r_t, sel, axis=1, out=tmp, mode=_UNBUFFERED)
-                        np.add(rr, tmp, out=rr)
-                    if base is not None:
-                        np.add(rr, base, out=rr)
-                if rr is None:
-                    rr = base if base is not None else np.zeros((comp.shape[1], 1, len(keep)), dtype=np.float32)
+                rr, bufs = _chunk_received(terms, lo, hi, bufs, comp.shape[1], len(keep))
                 least(rr, out[lo:hi])
         return out * (1 - SAFE)
 
@@ -1307,3 +1265,54 @@ def box_cells(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     rows = np.clip(np.minimum(a[..., 1], b[..., 1]) - np.maximum(a[..., 0], b[..., 0]), 0, None)
     cols = np.clip(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 2], b[..., 2]), 0, None)
     return rows * cols
+
+
+def _exit_reducers(heads: np.ndarray) -> tuple[np.ndarray, list]:
+    """How ``least_floors`` takes the least floor per exit: (the options to price, and per column
+    of ``heads`` (options, columns) the options sorted by exit, where each exit's run starts and
+    its id). When one column holds every exit the options are priced in exit order, a single
+    contiguous reduction (its order is then None)."""
+    reducers = []
+    for h in range(heads.shape[1]):
+        rows = np.arange(len(heads)) if h == 0 else np.flatnonzero(heads[:, h] != heads[:, 0])
+        if not len(rows):
+            continue
+        order = rows[np.argsort(heads[rows, h], kind="stable")]
+        starts = np.flatnonzero(np.r_[True, np.diff(heads[order, h]) != 0])
+        reducers.append((order, starts, heads[order, h][starts]))
+    if len(reducers) == 1:
+        return reducers[0][0], [(None,) + reducers[0][1:]]
+    return np.arange(len(heads)), reducers
+
+
+def _chunk_received(terms: list, lo: int, hi: int, bufs, parts: int, options: int):
+    """(the received seconds (parts, hi - lo, options) of the read layouts ``lo:hi``, summed over
+    the tensors read (``terms``: per tensor its (parts, layouts, options) seconds and each
+    row's layout), the buffers to reuse next). A tensor read in the same layout by every row of
+    the chunk adds one (parts, 1, options) row: those are summed first, only the others gathered."""
+    base = None
+    varying = []
+    for r_t, which in terms:
+        sel = which[lo:hi]
+        if (sel == sel[0]).all():
+            row = r_t[:, sel[0]:sel[0] + 1]
+            base = row.copy() if base is None else np.add(base, row, out=base)
+        else:
+            varying.append((r_t, sel))
+    if len(varying) == 1 and base is None and (np.diff(varying[0][1]) == 1).all():
+        r_t, sel = varying[0]  # consecutive layouts of one tensor: a view, no copy
+        return r_t[:, sel[0]:sel[-1] + 1], bufs
+    if not varying:
+        return (base if base is not None else np.zeros((parts, 1, options), dtype=np.float32)), bufs
+    # two buffers reused across the chunks (fresh large temporaries cost page faults)
+    shape = (parts, hi - lo, options)
+    if bufs is None or bufs[0].shape[1] < hi - lo:
+        bufs = (np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32))
+    rr, tmp = bufs[0][:, :hi - lo], bufs[1][:, :hi - lo]
+    np.take(varying[0][0], varying[0][1], axis=1, out=rr, mode=_UNBUFFERED)
+    for r_t, sel in varying[1:]:
+        np.take(r_t, sel, axis=1, out=tmp, mode=_UNBUFFERED)
+        np.add(rr, tmp, out=rr)
+    if base is not None:
+        np.add(rr, base, out=rr)
+    return rr, bufs
