@@ -497,16 +497,7 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
     fits_up_to, overflows_from = 0.0, float("inf")  # the caps that filter the same layouts
     lb.classes = [dict() for _ in range(n + 1)]
     lb.classes[0][()] = 0  # the source's state is priced exactly; its class is empty
-    cost = _FloorCost(instance, objective, lb.node_of, max(patterns) if patterns else 0)
-    cost.widened = coarse is not None and coarse.main_only and bool(coarse.grid)
-    cost.weighted_compute = coarse.weighted_compute if coarse is not None else None
-    if coarse is not None:
-        cost.ranked = False  # (the coarse relaxation's merged types have no ranked links)
-    if coarse is not None and coarse.links is not None:
-        cost.pc, cost.rx, cost.inv_bw, cost.lat, cost.src_inv_bw, cost.src_lat = (
-            np.asarray(a, dtype=float) for a in coarse.links)
-        if cost.grouped is not None:  # each device's links in and out of its node, its merged type's least
-            cost.grouped = tuple(_type_least(a, types) for a in cost.grouped)
+    cost = _floor_cost(instance, objective, lb.node_of, patterns, coarse, types)
     collapsed = [False] * (n + 1)  # boundaries whose classes were priced as the empty class
 
     for b in range(n):
@@ -531,29 +522,10 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
             main = g.layers[e].output if coarse is not None and coarse.main_only else None
             widen = (lambda t, r: _widen(r, tensor_grid(g, t), coarse.grid)) if main and coarse.grid else None
             exits: dict[tuple, int] = {}
-            heads, gidx, pidx = [], [], []
-            for gi, grp in enumerate(groups):
-                P = len(grp.perms)
-                if patterns is not None and main is None:
-                    tensors = sorted({t for geo in grp.geos for t in geo.owns if last_read.get(t, -1) > e})
-                    heads.append(_exit_heads(lb, grp, tensors, patterns, exits))
-                elif patterns is not None:
-                    heads.append(_exit_heads(lb, grp, [main] if last_read.get(main, -1) > e else [], patterns,
-                                             exits, widen))
-                else:
-                    if main is None:
-                        xc = exit_class(lb, grp, last_read)
-                    elif last_read.get(main, -1) > e:
-                        regs = [geo.owns[main] for geo in grp.geos if main in geo.owns]
-                        if widen is not None:
-                            regs = [widen(main, r) for r in regs]
-                        xc = ((main, lb.layout_id(main, regs)),)
-                    else:
-                        xc = ()
-                    heads.append(np.full((P, 1), exits.setdefault(xc, len(exits))))
-                gidx.append(np.full(P, gi))
-                pidx.append(np.arange(P))
-            tab = StageTable(groups, np.concatenate(gidx), np.concatenate(pidx), _padded(heads), list(exits))
+            heads = [_group_heads(lb, grp, e, last_read, patterns, main, widen, exits) for grp in groups]
+            gidx = np.concatenate([np.full(len(grp.perms), gi) for gi, grp in enumerate(groups)])
+            pidx = np.concatenate([np.arange(len(grp.perms)) for grp in groups])
+            tab = StageTable(groups, gidx, pidx, _padded(heads), list(exits))
             if coarse is not None and coarse.time_floor is not None:
                 tab.time_floor = np.array([coarse.time_floor(grp) for grp in groups], dtype=float)
             reads = {t for grp in groups for geo in grp.geos for t in geo.needs}
@@ -581,6 +553,42 @@ def _layout_bounds(instance: Instance, objective: str, pr: Pricer | None, max_op
         _weighted_period(lb, instance, cost, pr, collapsed, fl, deadline, passes, t0)
     lb.build_time_s = time.perf_counter() - t0
     return lb
+
+
+def _floor_cost(instance: Instance, objective: str, node_of, patterns, coarse: Coarsening | None, types) -> "_FloorCost":
+    """The stage floors' prices: the instance's links, or the coarse relaxation's merged types'."""
+    cost = _FloorCost(instance, objective, node_of, max(patterns) if patterns else 0)
+    cost.widened = coarse is not None and coarse.main_only and bool(coarse.grid)
+    cost.weighted_compute = coarse.weighted_compute if coarse is not None else None
+    if coarse is not None:
+        cost.ranked = False  # (the coarse relaxation's merged types have no ranked links)
+    if coarse is not None and coarse.links is not None:
+        cost.pc, cost.rx, cost.inv_bw, cost.lat, cost.src_inv_bw, cost.src_lat = (
+            np.asarray(a, dtype=float) for a in coarse.links)
+        if cost.grouped is not None:  # each device's links in and out of its node, its merged type's least
+            cost.grouped = tuple(_type_least(a, types) for a in cost.grouped)
+    return cost
+
+
+def _group_heads(lb: LayoutBounds, grp, e: int, last_read: dict, patterns, main, widen, exits: dict) -> np.ndarray:
+    """(device orders of ``grp``, columns): the exit class ids of a stage ending at layer ``e``
+    (new ones added to ``exits``); with link-group ``patterns`` one column per node pattern,
+    else one. ``main``: the coarse relaxation's newest tensor (the only one its classes hold)."""
+    if patterns is not None and main is None:
+        tensors = sorted({t for geo in grp.geos for t in geo.owns if last_read.get(t, -1) > e})
+        return _exit_heads(lb, grp, tensors, patterns, exits)
+    if patterns is not None:
+        return _exit_heads(lb, grp, [main] if last_read.get(main, -1) > e else [], patterns, exits, widen)
+    if main is None:
+        xc = exit_class(lb, grp, last_read)
+    elif last_read.get(main, -1) > e:
+        regs = [geo.owns[main] for geo in grp.geos if main in geo.owns]
+        if widen is not None:
+            regs = [widen(main, r) for r in regs]
+        xc = ((main, lb.layout_id(main, regs)),)
+    else:
+        xc = ()
+    return np.full((len(grp.perms), 1), exits.setdefault(xc, len(exits)))
 
 
 def _table_floors(cost: "_FloorCost", lb: LayoutBounds, pr: Pricer, tab: StageTable, deadline: Deadline,
