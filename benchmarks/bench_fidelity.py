@@ -300,6 +300,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS / "fidelity.json"))
     ap.add_argument("--work", default=str(WORK), help="where device files, instances and plans go")
     ap.add_argument("--render-only", action="store_true", help="rewrite the .md from the .json of --out")
+    ap.add_argument("--settle", type=float, default=180.0,
+                    help=f"seconds to wait at most for the 1-minute load average to fall to {LOADED} first")
     args = ap.parse_args()
     work = Path(args.work)
     if args.render_only:
@@ -309,6 +311,7 @@ def main() -> None:
         return
 
     bandwidths = [float(b) for b in args.bandwidths.split(",")]
+    settle(args.settle)
     info = machine()
     rows: list[dict] = []
     discarded: list[dict] = []
@@ -463,9 +466,26 @@ def _launches(row: dict) -> str:
     return " / ".join(_ms(x) for x in row.get("launches_s", [row["measured_s"]]))
 
 
+#: the 1-minute load average above which other work is taken to share the cores
+LOADED = 0.5
+
+
 def _loaded(machine: dict) -> bool:
-    """Whether other work ran: the 1-minute load average before the run is above half a core."""
-    return machine["loadavg_before"][0] > 0.5
+    """Whether other work ran: the 1-minute load average before the run is above ``LOADED``."""
+    return machine["loadavg_before"][0] > LOADED
+
+
+def settle(limit_s: float, poll_s: float = 5.0) -> float:
+    """Wait up to ``limit_s`` seconds for the 1-minute load average to fall to ``LOADED`` (a run
+    just before, this benchmark's own included, leaves it high for a minute or two); returns
+    the last load average read."""
+    stop = time.monotonic() + limit_s
+    load = os.getloadavg()[0]
+    while load > LOADED and time.monotonic() < stop:
+        print(f"  load average {load:.2f} > {LOADED}: waiting", flush=True)
+        time.sleep(poll_s)
+        load = os.getloadavg()[0]
+    return load
 
 
 def _stage_overhead_lines(ok: list[dict]) -> list[str]:
