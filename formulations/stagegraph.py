@@ -504,7 +504,7 @@ class _Enumeration:
                 self.check()
             self.seen += 1
             p = pending[i]
-            arc = _priced(self.pr, p.tab, p.oi, p.devs, p.owners, p.hit)
+            arc = _priced(self.pr, p.tab, p.oi, p.devs, p.owners, p.hit, self.interned)
             if check_caps and any(c is not None and arc.weights[d] + arc.working[d] > c for d, c in enumerate(caps)):
                 continue
             arcs.append(Arc(p.tail, p.head, arc.option, arc.tau, arc.energy, arc.load, arc.transfer_s, arc.weights,
@@ -535,12 +535,22 @@ _PRICED = "priced"  # the memo's entries (_PRICED, boundary, state id): the arcs
 class _Interned:
     """Ownership states (``_state_key`` tuples) numbered once each, and the heads of options:
     (surviving part's id, first layer, end layer, option, devices) -> (head state's id,
-    relabelling); an option is an index into the table of its (first, end) stage."""
+    relabelling); an option is an index into the table of its (first, end) stage. Also one
+    shared object per distinct stage option and per distinct per-device tuple of the priced
+    arcs (``same``): an option is priced once per tail state, and on VGG16's 4 devices 1.48 M
+    arcs held 4,176 distinct options and 847 distinct weight tuples."""
 
     def __init__(self):
         self.ids: dict[tuple, int] = {}
         self.states: list[tuple] = []
         self.heads: dict[tuple, tuple[int, tuple | None]] = {}
+        # per kind of value apart: (0, 532) == (0.0, 532.0), and an integer tuple (weights,
+        # working bytes: CP-SAT's coefficients) must not become the float one (loads)
+        self.values: dict[str, dict] = {"option": {}, "load": {}, "weights": {}, "working": {}}
+
+    def same(self, kind: str, value):
+        """The first object of ``kind`` equal to ``value`` seen (``value`` itself the first time)."""
+        return self.values[kind].setdefault(value, value)
 
     def id(self, state: tuple) -> int:
         i = self.ids.get(state)
@@ -568,12 +578,21 @@ def _state_key(owners: dict) -> tuple:
                         for t, lst in owners.items()))
 
 
-def _priced(pr: Pricer, tab: StageTable, oi: int, devs: tuple, owners: dict, hit: list) -> "Arc":
-    """The arc of option ``oi`` of ``tab`` on ``devs`` from ``owners``, priced once (``hit[2]``)."""
+def _priced(pr: Pricer, tab: StageTable, oi: int, devs: tuple, owners: dict, hit: list, interned: _Interned) -> "Arc":
+    """The arc of option ``oi`` of ``tab`` on ``devs`` from ``owners``, priced once (``hit[2]``),
+    its option and per-device tuples shared with the equal ones of other arcs."""
     if hit[2] is None:
         grp = tab.groups[tab.group[oi]]
-        opt = StageOption(grp.first, grp.last, grp.axis, grp.ranges, devs)
-        hit[2] = _arc(pr, opt, grp.geos, grp.comp[tab.perm[oi]].tolist(), grp.weights, grp.computed, owners)
+        key = (grp.first, grp.last, grp.axis, grp.ranges, devs)
+        options = interned.values["option"]
+        opt = options.get(key)
+        if opt is None:
+            opt = options[key] = StageOption(*key)
+        arc = _arc(pr, opt, grp.geos, grp.comp[tab.perm[oi]].tolist(), grp.weights, grp.computed, owners)
+        same = interned.same
+        arc.load, arc.weights, arc.working = same("load", arc.load), same("weights", arc.weights), same(
+            "working", arc.working)
+        hit[2] = arc
     return hit[2]
 
 
