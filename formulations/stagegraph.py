@@ -449,6 +449,7 @@ class _Enumeration:
         src_sel = near.src[sel]
         widths = tab.widths[tab.group[src_sel]].tolist()  # parts of each option
         frontier_next = self.frontier.setdefault(e + 1, set())
+        orders = self.interned.values["devices"]
         seen = self.seen
         for j, (oi, devs, f, k_) in enumerate(zip(src_sel.tolist(), near.devices[sel].tolist(),
                                                   near.floor[sel].tolist(), widths)):
@@ -456,6 +457,7 @@ class _Enumeration:
             if seen % CHECK_EVERY == 0:
                 self.check()
             devs = tuple(devs[:k_])
+            devs = orders.setdefault(devs, devs)  # one object per device order (held by many arcs)
             hit = known.get((e, oi, devs))
             if hit is None:
                 to = interned.heads.get((surv, b, e, oi, devs))
@@ -546,7 +548,7 @@ class _Interned:
         self.heads: dict[tuple, tuple[int, tuple | None]] = {}
         # per kind of value apart: (0, 532) == (0.0, 532.0), and an integer tuple (weights,
         # working bytes: CP-SAT's coefficients) must not become the float one (loads)
-        self.values: dict[str, dict] = {"option": {}, "load": {}, "weights": {}, "working": {}}
+        self.values: dict[str, dict] = {"option": {}, "load": {}, "weights": {}, "working": {}, "devices": {}}
 
     def same(self, kind: str, value):
         """The first object of ``kind`` equal to ``value`` seen (``value`` itself the first time)."""
