@@ -99,7 +99,8 @@ def render(out: Path) -> Path:
     lines = [f"# Certified solve times ({out.name})", "",
              f"`python benchmarks/bench_speed.py`, `dp`, one child process per run. Machine: "
              f"{platform.machine()}, {os.cpu_count()} cores, shared with other jobs (the load average "
-             "at the end of each run is given: the timings grow with it).", "",
+             "at the end of each run is given: the timings grow with it). CPU and memory per stage-graph "
+             "arc, before and after each change to the enumeration: [stagegraph.md](stagegraph.md).", "",
              "| label (commit) | case | runs | status | value | solve_time_s median (least) | CPU s median (least) "
              "| load |", "|---|---|---|---|---|---|---|---|"]
     for (label, case), rs in groups.items():
