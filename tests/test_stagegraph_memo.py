@@ -78,3 +78,26 @@ def check_heads_and_costs(sg):
         assert a.tau == pytest.approx(sp.tau, rel=1e-12, abs=1e-15)
         assert a.energy == pytest.approx(sp.energy, rel=1e-12, abs=1e-15)
         assert list(a.weights) == list(sp.weights) and list(a.working) == list(sp.working)
+
+
+def test_shared_values_keep_their_kinds_apart():
+    # (0, 532) == (0.0, 532.0): a weight tuple (CP-SAT's integer coefficients) must not become
+    # an equal float load tuple (the differential bed's random-15-5 failed so)
+    from formulations.stagegraph import _Interned
+
+    interned = _Interned()
+    load = interned.same("load", (0.0, 532.0))
+    weights = interned.same("weights", (0, 532))
+    assert load == weights and all(type(x) is int for x in weights)
+    assert interned.same("weights", (0, 532)) is weights and interned.same("load", (0.0, 532.0)) is load
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_equal_options_of_a_graph_are_one_object(case):
+    sg = build_stage_graph(CASES[case]())
+    by_value = {}
+    for a in sg.arcs:
+        assert by_value.setdefault((a.option.first, a.option.last, a.option.axis, a.option.ranges,
+                                    a.option.devices), a.option) is a.option
+    if len(sg.instance.graph.layers) > 1:  # (one layer: every option leaves the source alone)
+        assert len(by_value) < len(sg.arcs)  # options priced from several tail states
