@@ -96,7 +96,7 @@ READING = """
   forward pass every option that no plan within the bound can take, so the probe is built in
   1.1 CPU s and 80 MB. The cost per arc no longer matters on that probe; it does on the latency
   and energy graphs near their optimum and on the period graphs of large fleets.
-- **Shared values (rows `before sharing`, a9436b, and `shared options, tuples and device orders`,
+- **Shared values (rows `before sharing`, a9436b1, and `shared options, tuples and device orders`,
   2026-11-29).** An option is priced once per tail state, and on VGG16's 4 devices within 1 % of
   the latency optimum every one of the 1,483,027 kept arcs had its own `StageOption` and its own
   load, weight and working-set tuples, where the graph holds 4,176 distinct options, 134,521
