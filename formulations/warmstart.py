@@ -156,11 +156,12 @@ def dp_warm_start(sg: StageGraph, objective: str, deadline: Deadline = NEVER, pr
             # finds just over it: not exact, the solvers decide)
         if lagrangian is not None:
             best = (lagrangian[0], evaluate_stages(plan_stages(sg, lagrangian[0]), inst))
-    if best is None:
-        arcs, metrics, best = _memory_priced(sg, dp_obj, cost, term, caps, arcs, metrics, max(dp_value, 1e-12),
-                                             lagrange_rounds)
-    if best is None:
-        return WarmStart(arcs, metrics.value(objective), bound, False, fixing=fixing)
+    if best is None:  # (the DP's plan breaks a memory cap)
+        arcs, metrics = _memory_priced(sg, dp_obj, cost, term, caps, arcs, metrics, max(dp_value, 1e-12),
+                                       lagrange_rounds)
+        if not metrics.feasible:
+            return WarmStart(arcs, metrics.value(objective), bound, False, fixing=fixing)
+        best = (arcs, metrics)
     return WarmStart(best[0], best[1].value(objective), bound, True, fixing=fixing)
 
 
@@ -168,8 +169,8 @@ def _memory_priced(sg: StageGraph, dp_obj: str, cost: list, term, caps: list, ar
                    rounds: int):
     """Up to ``rounds`` shortest paths with the overflowing devices' memory priced into the arc
     costs (each round doubles the price of every device still over its cap, from ``scale`` per
-    cap), from the path ``arcs`` and its ``metrics``. Returns (the last path's arcs, its
-    metrics, (arcs, metrics) of the first that meets the caps or None)."""
+    cap), from the path ``arcs`` and its ``metrics``, until one meets the caps. Returns the
+    last path's arcs and metrics."""
     inst = sg.instance
     lam = [0.0] * len(inst.devices)
     for _ in range(rounds):
@@ -182,8 +183,8 @@ def _memory_priced(sg: StageGraph, dp_obj: str, cost: list, term, caps: list, ar
         arcs, _ = shortest_path(sg, dp_obj, cost=priced, term=term)
         metrics = evaluate_stages(plan_stages(sg, arcs), inst)
         if metrics.feasible:
-            return arcs, metrics, (arcs, metrics)
-    return arcs, metrics, None
+            break
+    return arcs, metrics
 
 
 def minmax_warm_start(sg: StageGraph, objective: str, deadline: Deadline = NEVER, *,
