@@ -4,7 +4,10 @@ hot loops (stage-graph enumeration, relaxation, label search).
 ``with memory_budget(2e9):`` makes ``check_memory()`` raise ``MemoryBudgetExceeded`` once the
 resident set size (RSS, read from ``/proc/self/statm``, or ``resource`` where there is no
 /proc) exceeds ``STOP_SHARE`` (90 %) of the budget, so that what a step allocates before the
-next check stays within it. The check reads the RSS at most once
+next check stays within it. The budget counts the whole process, as CP-SAT's
+``max_memory_in_mb`` does: on entry, a process already above ``RELEASE_SHARE`` of the budget
+(a host that ran other work first) releases its garbage (``release_memory``), and a stop then
+says how much the process held when the budget began. The check reads the RSS at most once
 per ``_PERIOD_S`` seconds, so a call costs a clock read (the loops it sits in read the clock
 for their deadline anyway). Outside a
 ``memory_budget`` block ``check_memory()`` does nothing. The rounds
@@ -25,6 +28,9 @@ _PERIOD_S = 0.05  # seconds between two reads of the RSS
 #: allocates more (the peaks measured over the certification table, with the check at the budget
 #: itself: up to 4,078 MiB against 3,815), so the stop comes early enough for the peak to stay under
 STOP_SHARE = 0.9
+#: on entering a budget, a process holding more than this share of it collects its garbage and
+#: trims its heap first (what a previous solve or a host's earlier work freed but kept resident)
+RELEASE_SHARE = 0.5
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
           "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -33,11 +39,13 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
 class MemoryBudgetExceeded(Exception):
     """The process's resident memory went past the memory budget."""
 
-    def __init__(self, rss: int, budget: int):
+    def __init__(self, rss: int, budget: int, held: int = 0):
+        before = (f", of which the process held {held / 1e9:.3g} GB when the budget began"
+                  if held > RELEASE_SHARE * budget else "")
         super().__init__(f"the memory budget of {budget / 1e9:.3g} GB was hit (resident memory "
-                         f"{rss / 1e9:.3g} GB, past the {STOP_SHARE:.0%} at which the search stops); raise it "
-                         "with -O memory_budget=SIZE")
-        self.rss, self.budget = rss, budget
+                         f"{rss / 1e9:.3g} GB{before}, past the {STOP_SHARE:.0%} at which the search stops); "
+                         "raise it with -O memory_budget=SIZE")
+        self.rss, self.budget, self.held = rss, budget, held
 
 
 def parse_size(text) -> int:
@@ -82,20 +90,25 @@ def rss_bytes() -> int:
 
 
 _budget: int | None = None
+_held = 0  # the RSS when the active budget began (after the release), for the stop's message
 _next_read = 0.0
 
 
 @contextmanager
 def memory_budget(budget: int | None):
-    """Within the block, ``check_memory()`` raises once the RSS exceeds ``budget`` bytes
-    (None: no budget). Blocks nest; the inner budget applies inside it."""
-    global _budget, _next_read
-    saved = _budget
-    _budget, _next_read = budget, 0.0
+    """Within the block, ``check_memory()`` raises once the RSS exceeds ``STOP_SHARE`` of
+    ``budget`` bytes (None: no budget). Blocks nest; the inner budget applies inside it. A
+    process above ``RELEASE_SHARE`` of the budget on entry releases its garbage first."""
+    global _budget, _held, _next_read
+    saved = _budget, _held
+    held = rss_bytes() if budget is not None else 0
+    if budget is not None and held > RELEASE_SHARE * budget:
+        held = release_memory()
+    _budget, _held, _next_read = budget, held, 0.0
     try:
         yield
     finally:
-        _budget = saved
+        _budget, _held = saved
 
 
 def check_memory(force: bool = False, need: int = 0) -> None:
@@ -112,7 +125,7 @@ def check_memory(force: bool = False, need: int = 0) -> None:
     _next_read = now + _PERIOD_S
     rss = rss_bytes()
     if rss + need > STOP_SHARE * _budget:
-        raise MemoryBudgetExceeded(rss + need, _budget)
+        raise MemoryBudgetExceeded(rss + need, _budget, _held)
 
 
 def release_memory() -> int:

@@ -349,6 +349,38 @@ def test_coedge_energy_lp_filled_cheapest_first_is_scipys_optimum():
     assert decided > 100
 
 
+def test_a_budget_begun_above_half_its_size_releases_garbage_and_says_what_was_held(monkeypatch):
+    """The budget counts the whole process: one that begins holding more than
+    ``RELEASE_SHARE`` of it (a host's earlier work) collects its garbage first, and a stop
+    names what the process held when the budget began."""
+    import formulations.budget as budget
+
+    rss, released = [300], []
+
+    def release():
+        released.append(1)
+        rss[0] = 250
+        return rss[0]
+
+    monkeypatch.setattr(budget, "rss_bytes", lambda: rss[0])
+    monkeypatch.setattr(budget, "release_memory", release)
+    with memory_budget(1000):  # 300 of 1000: below the share, nothing released
+        check_memory(force=True)
+    assert released == []
+    with memory_budget(400):  # 300 of 400: released first, 250 held, under the stop share
+        check_memory(force=True)
+        rss[0] = 380
+        with pytest.raises(MemoryBudgetExceeded, match="held 2.5e-07 GB when the budget began") as err:
+            check_memory(force=True)
+    assert released == [1] and err.value.held == 250
+    rss[0] = 100
+    with memory_budget(400):  # held 100 of 400: the message leaves it out
+        rss[0] = 390
+        with pytest.raises(MemoryBudgetExceeded) as err:
+            check_memory(force=True)
+    assert "held" not in str(err.value) and err.value.held == 100
+
+
 def test_a_forced_memory_check_reads_within_the_period(monkeypatch):
     """After a large allocation a check reads the RSS even right after another read."""
     import formulations.budget as budget
@@ -362,4 +394,4 @@ def test_a_forced_memory_check_reads_within_the_period(monkeypatch):
         check_memory(need=int(STOP_SHARE * 10**12) - 10)  # what is about to be allocated counts, and is read now
         with pytest.raises(MemoryBudgetExceeded):
             check_memory(need=10**12)
-    assert len(reads) == 4
+    assert len(reads) == 5  # and one on entering the budget
