@@ -44,11 +44,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
 from milp_planner.deadline import NEVER, Deadline
 from milp_planner.instance import Instance
+from milp_planner.instance.network import Network
 from milp_planner.model.graph import RowDep, input_rows
 
 _MARGIN = 1e-9  # relative, on the recomputed bound (float sums of a few thousand terms)
@@ -119,139 +121,130 @@ class _FlowLP:
 
     def __init__(self, instance: Instance):
         from milp_planner.cost.floors import _coverage, _time_floors
-        from milp_planner.space.geometry import tensor_grid
 
-        g = instance.graph
         net = instance.network
-        n_dev = len(instance.devices)
-        dt = instance.dtype_bytes
-        cover = _coverage(instance)
-        times = _time_floors(instance)
-        power = np.array([float(d.power.compute_w) for d in instance.devices])
-        tx = np.array([float(d.power.tx_w) for d in instance.devices])
-        rx = np.array([float(d.power.rx_w) for d in instance.devices])
-        bw = np.array(net.bandwidth_Bps, dtype=float)
-        shared = net.medium == "shared"
-        self.n_dev, self.shared = n_dev, shared
+        self.n_dev, self.shared = len(instance.devices), net.medium == "shared"
         self.sink = None if net.sink.external else net.sink.device
-        cols: list[_Column] = []
-
-        def new_col(kind: str, device: int, secs: float, joules: float) -> int:
-            cols.append(_Column(kind, device, secs, joules))
-            return len(cols) - 1
-
-        # per device, the cheapest second and joule per byte into it from another device
-        off = ~np.eye(n_dev, dtype=bool)
-        inv = np.where(off, 1.0 / np.where(bw > 0, bw, np.inf), np.inf)  # [sender][receiver]
-        sec_in = inv.min(axis=0) if n_dev > 1 else np.full(n_dev, np.inf)
-        joule_in = ((tx[:, None] + rx[None, :]) * inv).min(axis=0) if n_dev > 1 else np.full(n_dev, np.inf)
-
-        c: dict[tuple[int, int], int] = {}
-        self.c = c  # (layer, device) -> the column of c[l, d]
+        self.cover = _coverage(instance)
+        times = _time_floors(instance)
+        self.cols: list[_Column] = []
+        self.c: dict[tuple[int, int], int] = {}  # (layer, device) -> the column of c[l, d]
         self.affine: dict[int, tuple[float, float]] = {}  # c's column -> (overhead, slope) of g
         self.receive: dict[tuple[str, int], int] = {}  # (tensor, device) -> the column of R[t, d]
-        self.cover = cover
-        for layer in g.layers:
-            m = cover.get(layer.id, 0.0)
-            if m <= 0:
+        links = _Links.of(instance)
+        self._add_compute_columns(instance, times)
+        rows = self._cover_rows(instance) + self._receive_rows(instance, links) + self._gather_rows(instance, links)
+        #: per row, what it states: ("cover", layer), ("receive", tensor, device, reader),
+        #: ("gather", tensor) or ("gather-cap", tensor, device) (``formulations.flow_togo``)
+        self.row_tags: list[tuple] = [tag for _, _, tag in rows]
+        if not self.cols:
+            raise _LPFailed()
+        self.A = _Sparse.of_rows([row for row, _, _ in rows], len(self.cols))
+        self.b = np.array([rhs for _, rhs, _ in rows], dtype=float)
+        self.joules = np.array([col.joules for col in self.cols], dtype=float)
+
+    def _new_col(self, kind: str, device: int, secs: float, joules: float) -> int:
+        """Appends a column to ``cols`` and returns its index."""
+        self.cols.append(_Column(kind, device, secs, joules))
+        return len(self.cols) - 1
+
+    def _add_compute_columns(self, instance: Instance, times) -> None:
+        """The c columns of every needed layer on every device (``c``, ``affine``)."""
+        power = np.array([float(d.power.compute_w) for d in instance.devices])
+        for layer in instance.graph.layers:
+            if self.cover.get(layer.id, 0.0) <= 0:
                 continue
-            for d in range(n_dev):
+            for d in range(self.n_dev):
                 fl = times[d][layer.id]
                 # the chord: o + a c >= (o + a) c on [0, 1]; the per-stage stage_overhead_s is left
                 # out (it only adds cost, so the LP stays a lower bound)
                 slope = max(fl.overhead, 0.0) + fl.slope
-                c[layer.id, d] = new_col("compute", d, slope, float(power[d]) * slope)
-                self.affine[c[layer.id, d]] = (max(fl.overhead, 0.0), max(fl.slope, 0.0))
-        A_rows: list[dict[int, float]] = []
-        b: list[float] = []
-        #: per row, what it states: ("cover", layer), ("receive", tensor, device, reader),
-        #: ("gather", tensor) or ("gather-cap", tensor, device) (``formulations.flow_togo``)
-        self.row_tags: list[tuple] = []
-        tags = self.row_tags
-        for layer in g.layers:  # coverage
-            m = cover.get(layer.id, 0.0)
+                self.c[layer.id, d] = self._new_col("compute", d, slope, float(power[d]) * slope)
+                self.affine[self.c[layer.id, d]] = (max(fl.overhead, 0.0), max(fl.slope, 0.0))
+
+    def _cover_rows(self, instance: Instance) -> list[_Row]:
+        """The coverage rows ``sum_d c[l, d] >= m_l``."""
+        rows: list[_Row] = []
+        for layer in instance.graph.layers:
+            m = self.cover.get(layer.id, 0.0)
             if m > 0:
-                A_rows.append({c[layer.id, d]: 1.0 for d in range(n_dev)})
-                b.append(m)
-                tags.append(("cover", layer.id))
+                rows.append(({self.c[layer.id, d]: 1.0 for d in range(self.n_dev)}, m, ("cover", layer.id)))
+        return rows
+
+    def _receive_rows(self, instance: Instance, links: _Links) -> list[_Row]:
+        """The receive rows ``R[t, d] >= alpha x c[l', d] - c[producer, d]`` of every tensor read
+        by a needed layer, adding the R columns (``receive``)."""
+        from milp_planner.space.geometry import tensor_grid
+
+        g = instance.graph
+        net = instance.network
+        cover = self.cover
+        sec_in, joule_in = links.cheapest_in()
         src = None if net.source.external else net.source.device
+        rows: list[_Row] = []
         for t in sorted({t for layer in g.layers for t in layer.inputs if cover.get(layer.id, 0.0) > 0}):
             readers = [layer for layer in g.layers if t in layer.inputs and cover.get(layer.id, 0.0) > 0]
-            nbytes = g.elements(t) * dt
+            nbytes = g.elements(t) * instance.dtype_bytes
             producer = g.producer(t)
             is_input = producer is None
             if is_input and t not in g.inputs:
                 continue
             h_in = tensor_grid(g, t)[0]
-            for d in range(n_dev):
+            for d in range(self.n_dev):
                 if is_input and src == d:
                     continue  # the source device holds the whole input
-                if is_input and src is None:
-                    s_b = 1.0 / net.source.bandwidth_Bps[d]
-                    e_b = float(rx[d]) * s_b
-                elif is_input:
-                    s_b = 1.0 / bw[src][d]
-                    e_b = float(tx[src] + rx[d]) * s_b
+                if is_input:
+                    s_b, e_b = links.from_source(src, d)
                 else:
                     s_b, e_b = float(sec_in[d]), float(joule_in[d])
                 if not np.isfinite(s_b):
                     continue  # nothing can reach d: it cannot read t, and R would not help
-                col = None
-                for reader in readers:
-                    alpha = min(1.0, row_ratio(reader.rowdep, reader.rows, h_in)) if reader.row_splittable else 1.0
-                    if alpha <= 0:
-                        continue
-                    if col is None:
-                        col = new_col("receive", d, nbytes * s_b, nbytes * e_b)
-                        self.receive[t, d] = col
-                    row = {col: 1.0, c[reader.id, d]: -alpha}
-                    if producer is not None and (producer, d) in c:
-                        row[c[producer, d]] = row.get(c[producer, d], 0.0) + 1.0
-                    A_rows.append(row)
-                    b.append(0.0)
-                    tags.append(("receive", t, d, reader.id))
-        sink = None if net.sink.external else net.sink.device
+                rows += self._reader_rows(t, d, readers, producer, h_in, nbytes * s_b, nbytes * e_b)
+        return rows
+
+    def _reader_rows(self, t: str, d: int, readers: list, producer: int | None, h_in: int,
+                     secs: float, joules: float) -> list[_Row]:
+        """One receive row of ``R[t, d]`` per reader of t that needs some of it, adding the R
+        column (of ``secs`` and ``joules`` at share 1) when the first one does."""
+        c = self.c
+        col = None
+        rows: list[_Row] = []
+        for reader in readers:
+            alpha = min(1.0, row_ratio(reader.rowdep, reader.rows, h_in)) if reader.row_splittable else 1.0
+            if alpha <= 0:
+                continue
+            if col is None:
+                col = self._new_col("receive", d, secs, joules)
+                self.receive[t, d] = col
+            row = {col: 1.0, c[reader.id, d]: -alpha}
+            if producer is not None and (producer, d) in c:
+                row[c[producer, d]] = row.get(c[producer, d], 0.0) + 1.0
+            rows.append((row, 0.0, ("receive", t, d, reader.id)))
+        return rows
+
+    def _gather_rows(self, instance: Instance, links: _Links) -> list[_Row]:
+        """The gather rows ``sum_{d != sink} S[t, d] >= 1 - c[producer, sink]`` of every graph
+        output, then their caps ``c - S >= 0``, adding the S columns."""
+        g = instance.graph
+        c = self.c
+        rows: list[_Row] = []
         caps: list[tuple[str, int, int, int]] = []  # (tensor, device, S column, c column): S <= c
         for t in g.outputs:
             producer = g.producer(t)
-            if producer is None or cover.get(producer, 0.0) <= 0:
+            if producer is None or self.cover.get(producer, 0.0) <= 0:
                 continue
-            nbytes = g.elements(t) * dt
+            nbytes = g.elements(t) * instance.dtype_bytes
             row: dict[int, float] = {}
-            for d in range(n_dev):
-                if d == sink:
+            for d in range(self.n_dev):
+                if d == self.sink:
                     row[c[producer, d]] = 1.0  # what the sink computed it does not receive
                     continue
-                if sink is None:
-                    s_b = 1.0 / net.sink.bandwidth_Bps[d]
-                    e_b = float(tx[d]) * s_b
-                else:
-                    s_b = 1.0 / bw[d][sink]
-                    e_b = float(tx[d] + rx[sink]) * s_b
-                col = new_col("gather", d, nbytes * s_b, nbytes * e_b)
+                s_b, e_b = links.to_sink(self.sink, d)
+                col = self._new_col("gather", d, nbytes * s_b, nbytes * e_b)
                 row[col] = 1.0
                 caps.append((t, d, col, c[producer, d]))
-            A_rows.append(row)
-            b.append(1.0)
-            tags.append(("gather", t))
-        for t, d, s_col, c_col in caps:  # c - S >= 0
-            A_rows.append({c_col: 1.0, s_col: -1.0})
-            b.append(0.0)
-            tags.append(("gather-cap", t, d))
-        n = len(cols)
-        if n == 0:
-            raise _LPFailed()
-        ri, ci, vi = [], [], []
-        for i, row in enumerate(A_rows):
-            for j, v in row.items():
-                ri.append(i)
-                ci.append(j)
-                vi.append(v)
-        self.A = _Sparse(np.array(ri, dtype=np.int64), np.array(ci, dtype=np.int64), np.array(vi, dtype=float),
-                         len(A_rows), n)
-        self.b = np.array(b, dtype=float)
-        self.cols = cols
-        self.joules = np.array([col.joules for col in cols], dtype=float)
+            rows.append((row, 1.0, ("gather", t)))
+        return rows + [({c_col: 1.0, s_col: -1.0}, 0.0, ("gather-cap", t, d)) for t, d, s_col, c_col in caps]
 
     def loads(self) -> np.ndarray:
         """(rows, columns): the seconds each column adds to each device's period load (its
@@ -352,6 +345,18 @@ class _Sparse:
     m: int
     n: int
 
+    @classmethod
+    def of_rows(cls, rows: list[dict[int, float]], n: int) -> _Sparse:
+        """The matrix whose rows are ``rows`` (column -> coefficient), with ``n`` columns."""
+        ri, ci, vi = [], [], []
+        for i, row in enumerate(rows):
+            for j, v in row.items():
+                ri.append(i)
+                ci.append(j)
+                vi.append(v)
+        return cls(np.array(ri, dtype=np.int64), np.array(ci, dtype=np.int64), np.array(vi, dtype=float),
+                   len(rows), n)
+
     def rmatvec(self, y: np.ndarray) -> np.ndarray:
         """``A^T y``."""
         return np.bincount(self.cols, weights=self.vals * y[self.rows], minlength=self.n)
@@ -366,3 +371,48 @@ class _Column:
     device: int
     secs: float
     joules: float
+
+
+_Row = tuple[dict[int, float], float, tuple]  # an LP row: coefficients, right-hand side, tag
+
+
+class _Links(NamedTuple):
+    """The devices' transmit and receive watts and the bandwidths (``[sender][receiver]``)."""
+
+    net: Network
+    tx: np.ndarray
+    rx: np.ndarray
+    bw: np.ndarray
+
+    @classmethod
+    def of(cls, instance: Instance) -> _Links:
+        """The links of ``instance``."""
+        tx = np.array([float(d.power.tx_w) for d in instance.devices])
+        rx = np.array([float(d.power.rx_w) for d in instance.devices])
+        return cls(instance.network, tx, rx, np.array(instance.network.bandwidth_Bps, dtype=float))
+
+    def cheapest_in(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per device, the cheapest second and joule per byte into it from another device."""
+        tx, rx, bw = self.tx, self.rx, self.bw
+        n_dev = len(tx)
+        off = ~np.eye(n_dev, dtype=bool)
+        inv = np.where(off, 1.0 / np.where(bw > 0, bw, np.inf), np.inf)  # [sender][receiver]
+        sec_in = inv.min(axis=0) if n_dev > 1 else np.full(n_dev, np.inf)
+        joule_in = ((tx[:, None] + rx[None, :]) * inv).min(axis=0) if n_dev > 1 else np.full(n_dev, np.inf)
+        return sec_in, joule_in
+
+    def from_source(self, src: int | None, d: int) -> tuple[float, float]:
+        """Seconds and joules per byte of a graph input into device ``d`` from the source."""
+        if src is None:
+            s_b = 1.0 / self.net.source.bandwidth_Bps[d]
+            return s_b, float(self.rx[d]) * s_b
+        s_b = 1.0 / self.bw[src][d]
+        return s_b, float(self.tx[src] + self.rx[d]) * s_b
+
+    def to_sink(self, sink: int | None, d: int) -> tuple[float, float]:
+        """Seconds and joules per byte that device ``d`` sends to the sink."""
+        if sink is None:
+            s_b = 1.0 / self.net.sink.bandwidth_Bps[d]
+            return s_b, float(self.tx[d]) * s_b
+        s_b = 1.0 / self.bw[d][sink]
+        return s_b, float(self.tx[d] + self.rx[sink]) * s_b

@@ -280,14 +280,30 @@ def sibling_terms(lp: _FlowLP, producer: int, sibs: list[int]) -> dict[int, floa
     return {lp.c[producer, e]: -1.0 for e in sibs if (producer, e) in lp.c}
 
 
+def _lp_rows(A) -> list[dict[int, float]]:
+    """The rows of the flow LP's matrix ``A`` as dicts (column -> coefficient)."""
+    base = [dict() for _ in range(A.m)]
+    for r, col, v in zip(A.rows, A.cols, A.vals):
+        base[int(r)][int(col)] = base[int(r)].get(int(col), 0.0) + float(v)
+    return base
+
+
+def _link_arrays(instance: Instance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(inv, tx, rx)``: seconds per byte of each link (``[sender][receiver]``, inf when
+    none) and each device's transmit and receive watts."""
+    bw = np.array(instance.network.bandwidth_Bps, dtype=float)
+    inv = np.where(bw > 0, 1.0 / np.where(bw > 0, bw, 1.0), np.inf)
+    tx = np.array([float(dev.power.tx_w) for dev in instance.devices])
+    rx = np.array([float(dev.power.rx_w) for dev in instance.devices])
+    return inv, tx, rx
+
+
 class _FlowMIP:
     """The columns of the flow LP, then the MIP's own (``new``), ``T`` last."""
 
     def __init__(self, instance: Instance, lp: _FlowLP, halo: bool = True, objective: str = "period"):
         self.lp = lp
         self.objective = objective
-        g = instance.graph
-        n_dev = len(instance.devices)
         self.integer: list[int] = []
         self.n = len(lp.cols)
         rows: list[dict[int, float]] = []
@@ -305,48 +321,71 @@ class _FlowMIP:
                 self.integer.append(self.n - 1)
             return self.n - 1
 
-        A = lp.A
-        base = [dict() for _ in range(A.m)]
-        for r, col, v in zip(A.rows, A.cols, A.vals):
-            base[int(r)][int(col)] = base[int(r)].get(int(col), 0.0) + float(v)
-        for row, lo in zip(base, lp.b):
+        for row, lo in zip(_lp_rows(lp.A), lp.b):
             add(row, float(lo))
         self.y = {key: new(True) for key in sorted(lp.c)}
         for key, yj in self.y.items():  # c <= y
             add({yj: 1.0, lp.c[key]: -1.0}, 0.0)
-        src = None if instance.network.source.external else instance.network.source.device
-        for layer in g.layers:
+        self._part_rows(instance, add)
+        groups = link_groups(instance)
+        cross, extra_cols, extra_joules = self._cross_group_rows(instance, groups, add, new)
+        if halo:
+            self._halo(instance, groups, cross, add, new)
+        if objective == "energy":
+            self._energy(instance, extra_joules, add)
+            self.max_coef = float(np.max(np.abs(self.cost))) if self.cost.size else 1.0
+        else:
+            self.T = new()
+            period_rows = self._period_rows(instance, extra_cols, add)
+            self.max_coef = max((abs(v) for row in reversed(period_rows) for v in row.values()), default=1.0)
+        self.rows, self.lower, self.upper = rows, np.array(lower), np.array(upper)
+
+    def _part_rows(self, instance: Instance, add) -> None:
+        """Per layer, the part count ``sum_d y[l, d] <= part_cap`` and, when every part reads
+        its inputs whole, the whole reads (``_whole_read_rows``)."""
+        n_dev = len(instance.devices)
+        for layer in instance.graph.layers:
             ys = [self.y[layer.id, d] for d in range(n_dev) if (layer.id, d) in self.y]
             if not ys:
                 continue
             cap = part_cap(instance, layer)
             if cap < len(ys):
                 add({j: 1.0 for j in ys}, -np.inf, float(cap))
-            if not whole_reads(instance, layer):
-                continue
-            for t in dict.fromkeys(layer.inputs):
-                producer = g.producer(t)
-                for d in range(n_dev):
-                    if (layer.id, d) not in self.y:
-                        continue
-                    if producer is None and src == d:
-                        continue  # the source device holds the graph input
-                    col = lp.receive.get((t, d))
-                    if col is None:
-                        continue  # d cannot receive t: nothing to add (sound)
-                    row = {col: 1.0, self.y[layer.id, d]: -1.0}
-                    if producer is not None and (producer, d) in lp.c:
-                        row[lp.c[producer, d]] = 1.0
-                    add(row, 0.0)
+            if whole_reads(instance, layer):
+                self._whole_read_rows(instance, layer, add)
+
+    def _whole_read_rows(self, instance: Instance, layer, add) -> None:
+        """``R[t, d] >= y[l, d] - c[p, d]`` for each input t of ``layer`` and device d computing
+        some of it (off the source device for a graph input)."""
+        lp = self.lp
+        g = instance.graph
+        src = None if instance.network.source.external else instance.network.source.device
+        for t in dict.fromkeys(layer.inputs):
+            producer = g.producer(t)
+            for d in range(len(instance.devices)):
+                if (layer.id, d) not in self.y:
+                    continue
+                if producer is None and src == d:
+                    continue  # the source device holds the graph input
+                col = lp.receive.get((t, d))
+                if col is None:
+                    continue  # d cannot receive t: nothing to add (sound)
+                row = {col: 1.0, self.y[layer.id, d]: -1.0}
+                if producer is not None and (producer, d) in lp.c:
+                    row[lp.c[producer, d]] = 1.0
+                add(row, 0.0)
+
+    def _cross_group_rows(self, instance: Instance, groups, add, new):
+        """The columns ``Rx[t, d]`` of what d receives of t from outside its group and their
+        rows: ``(cross, extra_cols, extra_joules)``."""
         # receives from outside d's group: Rx[t, d], at the extra cost of the cheapest link from
         # outside over the cheapest link; R - Rx <= what d's group siblings computed of t
-        groups = link_groups(instance)
+        lp = self.lp
+        g = instance.graph
+        n_dev = len(instance.devices)
         extra_cols: list[tuple[int, int, float]] = []  # (column, device, extra seconds at share 1)
         cross: dict[tuple[str, int], int] = {}  # (t, d) -> the column of what d receives of t from outside its group
-        bw = np.array(instance.network.bandwidth_Bps, dtype=float)
-        inv = np.where(bw > 0, 1.0 / np.where(bw > 0, bw, 1.0), np.inf)
-        tx = np.array([float(dev.power.tx_w) for dev in instance.devices])
-        rx = np.array([float(dev.power.rx_w) for dev in instance.devices])
+        inv, tx, rx = _link_arrays(instance)
         extra_joules: dict[int, float] = {}  # Rx column -> extra joules at share 1
         for (t, d), col in sorted(lp.receive.items()):
             producer = g.producer(t)
@@ -370,19 +409,19 @@ class _FlowMIP:
             row = {col: 1.0, x: -1.0, **sibling_terms(lp, producer, sibs)}
             add(row, -np.inf, 0.0)  # R - Rx - sum_sib c[p, sib] <= 0
             add({x: -1.0, col: 1.0}, 0.0)  # Rx <= R
-        if halo:
-            self._halo(instance, groups, cross, add, new)
-        if objective == "energy":
-            self._energy(instance, extra_joules, add)
-            self.rows, self.lower, self.upper = rows, np.array(lower), np.array(upper)
-            self.max_coef = float(np.max(np.abs(self.cost))) if self.cost.size else 1.0
-            return
-        self.T = new()
-        # T >= load_r: compute at a x c + o x y, transfers as in the LP
+        return cross, extra_cols, extra_joules
+
+    def _period_rows(self, instance: Instance, extra_cols: list[tuple[int, int, float]],
+                     add) -> list[dict[int, float]]:
+        """The rows ``T >= load_r`` (milliseconds), returned as added: compute at ``a x c + o x y``,
+        transfers as in the LP, plus the cross-group receives' extra seconds."""
+        lp = self.lp
+        n_dev = len(instance.devices)
         loads = lp.loads()
         for j, (o, a) in lp.affine.items():
             d = lp.cols[j].device
             loads[d, j] = a
+        out: list[dict[int, float]] = []
         for r in range(loads.shape[0]):
             row = {int(j): -float(v) * _SCALE for j in np.nonzero(loads[r])[0] for v in [loads[r, j]]}
             if r < n_dev:
@@ -395,8 +434,8 @@ class _FlowMIP:
                     row[x] = -secs * _SCALE
             row[self.T] = 1.0
             add(row, 0.0)
-        self.rows, self.lower, self.upper = rows, np.array(lower), np.array(upper)
-        self.max_coef = max((abs(v) for j in range(loads.shape[0]) for v in rows[-1 - j].values()), default=1.0)
+            out.append(row)
+        return out
 
     def _energy(self, instance: Instance, extra_joules: dict[int, float], add) -> None:
         """The energy objective (joules in millijoules): the LP's, with compute at
@@ -438,7 +477,6 @@ class _FlowMIP:
         """The group rows, group needs and halo rows of the module docstring."""
         lp = self.lp
         g = instance.graph
-        n_dev = len(instance.devices)
         src = None if instance.network.source.external else instance.network.source.device
         glist = sorted(set(groups), key=min)
         z: dict[tuple[int, int], int] = {}
