@@ -141,108 +141,146 @@ def _write_deployment(instance: Instance, plan: Plan, target: OutputDir, model, 
     priced = messages(plan, instance)
     stages = normalized_stages(plan, instance)
     g = instance.graph
-    net = instance.network
-    names = instance.device_names
-    geo = pricer(instance).geometry
-    unit = pricer(instance).unit_bytes
-
-    def who(d: int) -> str:
-        return EXTERNAL_NAME if d == EXTERNAL else names[d]
-
+    writer = _DeploymentWriter(instance, target, src, sink)
     source = ModelSource(model, g, weights)
     dtypes = numpy_dtype_names(source, [*g.inputs, *(l.output for l in g.layers)])  # refuses strings first
     # sized now (over 2 GiB is refused before any sub-model is built), written last
     reference = weights.model_chunks(f"the model {printable(instance.model)}")
 
-    owners: dict[str, list[tuple[int, Region]]] = {t: [(src, full_region(g, t))] for t in g.inputs}
-    msgs: list[MessageSpec] = []
-    stage_specs: list[StageSpec] = []
-    used: set[int] = {d for d in (src, sink) if d != EXTERNAL}
-    folders: dict[int, str] = {}  # device -> its folder in the deployment (io.safe_filename)
-
-    def folder(d: int) -> str:
-        if d not in folders:
-            folders[d] = target.name(names[d], reserved=TOP_LEVEL)
-        return folders[d]
-
-    def message(si, t, o, d, region):
-        cells = region.cells
-        elems_per_cell = unit(t) // instance.dtype_bytes
-        nbytes = cells * unit(t)
-        msgs.append(MessageSpec(len(msgs), si, t, who(o), who(d), region.rows, region.chans, nbytes,
-                                cells * elems_per_cell * FLOAT_BYTES, pricer(instance).link_time(o, d, nbytes)))
-
     with target:  # built beside and swapped in whole at the end of the block; removed on an error
-        for si, (first, last, axis, parts) in enumerate(stages):
-            geos = geo.parts(first, last, axis, [r for _, r in parts])
-            cost = metrics.stages[si]
-            specs = []
-            for (d, rng), part in zip(parts, geos):
-                used.add(d)
-                for t, need in part.needs.items():
-                    if need.empty:
-                        continue
-                    for o, region in owners[t]:
-                        if o == d:
-                            continue
-                        common = intersect(need, region)
-                        if common is not None:
-                            message(si, t, o, d, common)
-                model_file = None
-                ins = outs = ()
-                if part.computed:
-                    tag = f"{folder(d)}.stage{si:03d}"
-                    sub = build_submodel(source, first, last, axis, part, tag)
-                    model_file = f"{folder(d)}/stage{si:03d}.onnx"
-                    ins = tuple(Slice(p.tensor, p.region.rows, p.region.chans, p.name) for p in sub.inputs)
-                    outs = tuple(Slice(p.tensor, p.region.rows, p.region.chans, p.name) for p in sub.outputs)
-                    target.write(model_file, sub.chunks(f"the sub-model {model_file}"))
-                    del sub  # one sub-model's weights at a time: built, written, dropped
-                    source.release()
-                    trim_heap()
-                    check_loadable(target.staged(model_file), f"stage {si} on {printable(names[d])} ({model_file})",
-                                   whole=model_path(instance))
-                    trim_heap()
-                specs.append(PartSpec(names[d], rng, model_file, ins, outs,
-                                      cost.compute_s.get(d, 0.0), cost.recv_s.get(d, 0.0)))
-            for (d, _), part in zip(parts, geos):
-                for t, region in part.owns.items():
-                    if not region.empty:
-                        owners.setdefault(t, []).append((d, region))
-            stage_specs.append(StageSpec(si, first, last, axis, tuple(specs), cost.tau_s))
-        for t in g.outputs:
-            for o, region in owners.get(t, ()):
-                if o == sink or o == EXTERNAL or region.empty:
-                    continue
-                message(len(stages), t, o, sink, region)
-
-        mine = [(m.stage, m.tensor, m.sender, m.receiver, m.bytes) for m in msgs]
-        theirs = [(m.stage, m.tensor, who(m.src), who(m.dst), m.bytes) for m in priced]
-        if mine != theirs:
-            diff = next((a, b) for a, b in zip(mine + [None] * len(theirs), theirs + [None] * len(mine)) if a != b)
-            raise PlannerError(f"deploy: internal error: message {diff[0]} differs from the evaluator's {diff[1]}")
-
-        ranks = {names[d]: r for r, d in enumerate(sorted(used))}
-        if EXTERNAL in (src, sink):
-            ranks[EXTERNAL_NAME] = len(ranks)
-        manifest = Manifest(
-            instance=instance.name, model=instance.model, devices=list(names), ranks=ranks,
-            source=who(src), sink=who(sink),
-            inputs={t: list(s) for t, s in g.inputs.items()},
-            outputs={t: list(g.shape(t)) for t in g.outputs},
-            reference_model="reference.onnx", stages=stage_specs, messages=msgs,
-            predicted_latency_s=metrics.latency_s, predicted_gather_s=metrics.gather_s,
-            notes={"dtype": "float32", "instance_dtype_bytes": instance.dtype_bytes,
-                   "medium": net.medium, "plan": plan.to_dict(),
-                   "dtypes": dtypes},
-            shapes={**{t: list(s) for t, s in g.inputs.items()}, **{l.output: list(l.shape) for l in g.layers}},
-        )
+        stage_specs = [writer.write_stage(source, si, stage, metrics) for si, stage in enumerate(stages)]
+        writer.gather_outputs(len(stages))
+        writer.check_messages(priced)
+        manifest = writer.manifest(plan, metrics, stage_specs, dtypes)
         validate_manifest(manifest, "deploy")  # what run checks: never write a deployment it refuses
         target.write("reference.onnx", reference)
         target.write("hostfile", _hostfile(manifest))
         target.write("rankfile", _rankfile(manifest))
         target.write("README.md", _readme(manifest))
         target.write("manifest.json", manifest.to_json() + "\n")
+
+
+class _DeploymentWriter:
+    """A deployment being written: its messages, the owners of each tensor's regions, its devices' folders."""
+
+    def __init__(self, instance: Instance, target: OutputDir, src: int, sink: int):
+        """Start with the source owning the model's inputs whole and no message yet."""
+        g = instance.graph
+        self.instance = instance
+        self.target = target
+        self.src = src
+        self.sink = sink
+        self.names = instance.device_names
+        self.geo = pricer(instance).geometry
+        self.unit = pricer(instance).unit_bytes
+        self.owners: dict[str, list[tuple[int, Region]]] = {t: [(src, full_region(g, t))] for t in g.inputs}
+        self.msgs: list[MessageSpec] = []
+        self.used: set[int] = {d for d in (src, sink) if d != EXTERNAL}
+        self.folders: dict[int, str] = {}  # device -> its folder in the deployment (io.safe_filename)
+
+    def who(self, d: int) -> str:
+        """The manifest's name of device ``d`` (``EXTERNAL_NAME`` for the external source or sink)."""
+        return EXTERNAL_NAME if d == EXTERNAL else self.names[d]
+
+    def folder(self, d: int) -> str:
+        """The folder of device ``d`` in the deployment, named the first time it is asked for."""
+        if d not in self.folders:
+            self.folders[d] = self.target.name(self.names[d], reserved=TOP_LEVEL)
+        return self.folders[d]
+
+    def message(self, si: int, t: str, o: int, d: int, region: Region) -> None:
+        """Add the message of stage ``si`` carrying ``region`` of tensor ``t`` from ``o`` to ``d``."""
+        cells = region.cells
+        elems_per_cell = self.unit(t) // self.instance.dtype_bytes
+        nbytes = cells * self.unit(t)
+        self.msgs.append(MessageSpec(len(self.msgs), si, t, self.who(o), self.who(d), region.rows, region.chans,
+                                     nbytes, cells * elems_per_cell * FLOAT_BYTES,
+                                     pricer(self.instance).link_time(o, d, nbytes)))
+
+    def write_stage(self, source: ModelSource, si: int, stage, metrics) -> StageSpec:
+        """Stage ``si``: each part's messages and sub-model, then what its parts own afterwards."""
+        first, last, axis, parts = stage
+        geos = self.geo.parts(first, last, axis, [r for _, r in parts])
+        cost = metrics.stages[si]
+        specs = []
+        for (d, rng), part in zip(parts, geos):
+            self.used.add(d)
+            self.receive(si, d, part)
+            model_file = None
+            ins = outs = ()
+            if part.computed:
+                model_file, ins, outs = self.write_submodel(source, si, first, last, axis, d, part)
+            specs.append(PartSpec(self.names[d], rng, model_file, ins, outs,
+                                  cost.compute_s.get(d, 0.0), cost.recv_s.get(d, 0.0)))
+        for (d, _), part in zip(parts, geos):
+            for t, region in part.owns.items():
+                if not region.empty:
+                    self.owners.setdefault(t, []).append((d, region))
+        return StageSpec(si, first, last, axis, tuple(specs), cost.tau_s)
+
+    def receive(self, si: int, d: int, part) -> None:
+        """Add the messages that bring device ``d`` what ``part`` needs from the other owners."""
+        for t, need in part.needs.items():
+            if need.empty:
+                continue
+            for o, region in self.owners[t]:
+                if o == d:
+                    continue
+                common = intersect(need, region)
+                if common is not None:
+                    self.message(si, t, o, d, common)
+
+    def write_submodel(self, source: ModelSource, si: int, first: int, last: int, axis, d: int, part):
+        """Build, write, drop and check the sub-model of ``part`` on ``d``: (file, inputs, outputs)."""
+        tag = f"{self.folder(d)}.stage{si:03d}"
+        sub = build_submodel(source, first, last, axis, part, tag)
+        model_file = f"{self.folder(d)}/stage{si:03d}.onnx"
+        ins = tuple(Slice(p.tensor, p.region.rows, p.region.chans, p.name) for p in sub.inputs)
+        outs = tuple(Slice(p.tensor, p.region.rows, p.region.chans, p.name) for p in sub.outputs)
+        self.target.write(model_file, sub.chunks(f"the sub-model {model_file}"))
+        del sub  # one sub-model's weights at a time: built, written, dropped
+        source.release()
+        trim_heap()
+        check_loadable(self.target.staged(model_file), f"stage {si} on {printable(self.names[d])} ({model_file})",
+                       whole=model_path(self.instance))
+        trim_heap()
+        return model_file, ins, outs
+
+    def gather_outputs(self, si: int) -> None:
+        """Add the messages of step ``si`` (after the last stage) that bring the outputs to the sink."""
+        for t in self.instance.graph.outputs:
+            for o, region in self.owners.get(t, ()):
+                if o == self.sink or o == EXTERNAL or region.empty:
+                    continue
+                self.message(si, t, o, self.sink, region)
+
+    def check_messages(self, priced) -> None:
+        """``PlannerError`` unless the messages are exactly those the evaluator priced, in order."""
+        who = self.who
+        mine = [(m.stage, m.tensor, m.sender, m.receiver, m.bytes) for m in self.msgs]
+        theirs = [(m.stage, m.tensor, who(m.src), who(m.dst), m.bytes) for m in priced]
+        if mine != theirs:
+            diff = next((a, b) for a, b in zip(mine + [None] * len(theirs), theirs + [None] * len(mine)) if a != b)
+            raise PlannerError(f"deploy: internal error: message {diff[0]} differs from the evaluator's {diff[1]}")
+
+    def manifest(self, plan: Plan, metrics, stage_specs: list[StageSpec], dtypes) -> Manifest:
+        """The manifest: ranks in device order (an external end last), stages, messages and predictions."""
+        instance, g, names = self.instance, self.instance.graph, self.names
+        ranks = {names[d]: r for r, d in enumerate(sorted(self.used))}
+        if EXTERNAL in (self.src, self.sink):
+            ranks[EXTERNAL_NAME] = len(ranks)
+        return Manifest(
+            instance=instance.name, model=instance.model, devices=list(names), ranks=ranks,
+            source=self.who(self.src), sink=self.who(self.sink),
+            inputs={t: list(s) for t, s in g.inputs.items()},
+            outputs={t: list(g.shape(t)) for t in g.outputs},
+            reference_model="reference.onnx", stages=stage_specs, messages=self.msgs,
+            predicted_latency_s=metrics.latency_s, predicted_gather_s=metrics.gather_s,
+            notes={"dtype": "float32", "instance_dtype_bytes": instance.dtype_bytes,
+                   "medium": instance.network.medium, "plan": plan.to_dict(),
+                   "dtypes": dtypes},
+            shapes={**{t: list(s) for t, s in g.inputs.items()}, **{l.output: list(l.shape) for l in g.layers}},
+        )
 
 
 def _hostfile(m: Manifest) -> str:

@@ -86,16 +86,33 @@ def build_document(rows: list[dict], instances_by_file: dict, meta: dict) -> Doc
     summaries, planners, cells = summarize(rows)
     doc = Document("milp-planner report")
     add = doc.blocks.append
+    add(_overview(rows, summaries, planners, meta))
+    _gap_section(add, summaries, planners, cells)
+    _time_quality_section(add, rows, summaries, planners)
+    _values_section(add, summaries, planners, cells)
+    add(Heading(2, "Best plan per instance", "instances"))
+    for i, s in enumerate(summaries):
+        _instance_section(doc, i, s, instances_by_file.get(s.file))
+    _failures_section(add, rows)
+    add(Heading(2, "Versions", "versions"))
+    v = meta.get("versions", {})
+    add(Bullets([f"{k}: {val}" for k, val in v.items() if val] + ["results.csv holds the versions each run used"]))
+    return doc
 
+
+def _overview(rows, summaries, planners, meta) -> Para:
+    """The opening line: how many instances, planners and runs, where they ran, and by which version."""
     n_runs = len(rows)
-    add(Para(f"{len(summaries)} instance{'s' if len(summaries) != 1 else ''} x {len(planners)} planner"
-             f"{'s' if len(planners) != 1 else ''}, {n_runs} runs ({meta.get('ran', 0)} run now, "
-             f"{meta.get('cached', 0)} from the cache) on {meta.get('where', 'local processes')}; "
-             f"time limit {meta.get('time_limit_text', '-')}, seeded planners repeated over "
-             f"{meta.get('repeats', 1)} seed{'s' if meta.get('repeats', 1) != 1 else ''}. "
-             f"Generated {meta.get('generated', '')} by milp-planner {meta.get('version', '')}.", muted=True))
+    return Para(f"{len(summaries)} instance{'s' if len(summaries) != 1 else ''} x {len(planners)} planner"
+                f"{'s' if len(planners) != 1 else ''}, {n_runs} runs ({meta.get('ran', 0)} run now, "
+                f"{meta.get('cached', 0)} from the cache) on {meta.get('where', 'local processes')}; "
+                f"time limit {meta.get('time_limit_text', '-')}, seeded planners repeated over "
+                f"{meta.get('repeats', 1)} seed{'s' if meta.get('repeats', 1) != 1 else ''}. "
+                f"Generated {meta.get('generated', '')} by milp-planner {meta.get('version', '')}.", muted=True)
 
-    # -- gap table ------------------------------------------------------------------------
+
+def _gap_section(add, summaries, planners, cells) -> None:
+    """The gap of every planner to the best proven bound: how to read it, the tables and the plot."""
     add(Heading(2, "Gap to the best proven bound", "gaps"))
     add(Para("Gap = (value - best bound) / value, where the best bound is the largest lower bound "
              "certified by an exact planner for the instance's objective. Cells show the mean over "
@@ -113,11 +130,16 @@ def build_document(rows: list[dict], instances_by_file: dict, meta: dict) -> Doc
             lambda s, p: cell_text(cells.get((s.file, p))), numeric_from=2)
     add(Image("gaps.png", "gap per planner and instance", figures.gap_plot(summaries, planners, cells)))
 
+
+def _time_quality_section(add, rows, summaries, planners) -> None:
+    """Every run's wall time against its gap, as a plot."""
     add(Heading(2, "Time against quality", "time-quality"))
     add(Para("Every run: its wall time (log scale) against its gap."))
     add(Image("time_quality.png", "runtime against gap", figures.time_quality_plot(rows, summaries, planners)))
 
-    # -- values and runtimes ---------------------------------------------------------------
+
+def _values_section(add, summaries, planners, cells) -> None:
+    """The best objective value and the mean wall time of every planner on every instance."""
     add(Heading(2, "Objective values and runtimes", "values"))
     def best_value(s, p):
         c: Cell | None = cells.get((s.file, p))
@@ -131,47 +153,69 @@ def build_document(rows: list[dict], instances_by_file: dict, meta: dict) -> Doc
             lambda s, p: fmt_time(cells[(s.file, p)].runtime_mean) if (s.file, p) in cells else "-",
             numeric_from=1, caption="Mean wall time per run")
 
-    # -- per instance ----------------------------------------------------------------------
-    add(Heading(2, "Best plan per instance", "instances"))
-    for i, s in enumerate(summaries):
-        add(Heading(3, s.name, f"instance-{i}"))
-        inst = instances_by_file.get(s.file)
-        best = s.best_row
-        facts = [f"file: {s.file}", f"objective: {s.objective}",
-                 f"best bound: {fmt_value(s.objective, s.best_bound)}"
-                 + (" (optimum certified)" if s.certified else "")]
-        if best is None:
-            facts.append("no planner returned a plan")
-            add(Bullets(facts))
-            continue
-        seed = f", seed {best['seed']}" if best["kind"] == "seeded" else ""
-        facts.append(f"best plan: {best['planner']}{seed}, {s.objective} {fmt_value(s.objective, best['value'])}"
-                     f", status {best['status']}" + ("" if best["feasible"] else " (INFEASIBLE)")
-                     + (f", gap {fmt_pct(best['gap'])}" if best["gap"] is not None else ""))
-        m = best["_metrics"] or {}
-        if m:
-            facts.append(f"latency {fmt_value('latency', m.get('latency_s'))}, energy {fmt_value('energy', m.get('energy_j'))}, "
-                         f"period {fmt_value('period', m.get('period_s'))}, largest memory "
-                         f"{fmt_value('memory', m.get('max_memory_bytes'))}, {len(m.get('stages', []))} stages")
-        add(Bullets(facts))
-        if inst is None:
-            continue
-        base = f"{i:02d}-{slug(s.name)}"
-        try:
-            add(Image(f"plan-{base}.png", f"best plan of {s.name}: layers, rows and devices",
-                      figures.plan_chart(best["_plan"], inst,
-                                         f"{s.name}: best plan ({best['planner']}) — which device computes which rows")))
-        except Exception as e:  # a broken plan must not sink the report
-            add(Para(f"(plan chart not drawn: {type(e).__name__}: {e})", muted=True))
-        if m:
-            try:
-                add(Image(f"gantt-{base}.png", f"timeline of the best plan of {s.name}",
-                          figures.gantt(m, inst, f"{s.name}: timeline per device (receive, then compute)")))
-            except Exception as e:
-                add(Para(f"(timeline not drawn: {type(e).__name__}: {e})", muted=True))
-            _predicted_timeline(doc, m, inst, s.name, base)
 
-    # -- failures ---------------------------------------------------------------------------
+def _instance_section(doc: Document, i: int, s, inst) -> None:
+    """The section of instance ``i``: facts on its best plan, then its charts when ``inst`` is loaded."""
+    add = doc.blocks.append
+    add(Heading(3, s.name, f"instance-{i}"))
+    best = s.best_row
+    facts = [f"file: {s.file}", f"objective: {s.objective}",
+             f"best bound: {fmt_value(s.objective, s.best_bound)}"
+             + (" (optimum certified)" if s.certified else "")]
+    if best is None:
+        facts.append("no planner returned a plan")
+        add(Bullets(facts))
+        return
+    facts.append(_best_plan_text(s, best))
+    m = best["_metrics"] or {}
+    if m:
+        facts.append(_metrics_text(m))
+    add(Bullets(facts))
+    if inst is None:
+        return
+    base = f"{i:02d}-{slug(s.name)}"
+    _plan_chart(add, best, inst, s.name, base)
+    if m:
+        _gantt(add, m, inst, s.name, base)
+        _predicted_timeline(doc, m, inst, s.name, base)
+
+
+def _best_plan_text(s, best: dict) -> str:
+    """Which run found the best plan of ``s``, with its value, status and gap."""
+    seed = f", seed {best['seed']}" if best["kind"] == "seeded" else ""
+    return (f"best plan: {best['planner']}{seed}, {s.objective} {fmt_value(s.objective, best['value'])}"
+            f", status {best['status']}" + ("" if best["feasible"] else " (INFEASIBLE)")
+            + (f", gap {fmt_pct(best['gap'])}" if best["gap"] is not None else ""))
+
+
+def _metrics_text(m: dict) -> str:
+    """Latency, energy, period, largest memory and stage count of a plan's metrics."""
+    return (f"latency {fmt_value('latency', m.get('latency_s'))}, energy {fmt_value('energy', m.get('energy_j'))}, "
+            f"period {fmt_value('period', m.get('period_s'))}, largest memory "
+            f"{fmt_value('memory', m.get('max_memory_bytes'))}, {len(m.get('stages', []))} stages")
+
+
+def _plan_chart(add, best: dict, inst, name: str, base: str) -> None:
+    """The chart of which device computes which rows of the best plan (or why it is missing)."""
+    try:
+        add(Image(f"plan-{base}.png", f"best plan of {name}: layers, rows and devices",
+                  figures.plan_chart(best["_plan"], inst,
+                                     f"{name}: best plan ({best['planner']}) — which device computes which rows")))
+    except Exception as e:  # a broken plan must not sink the report
+        add(Para(f"(plan chart not drawn: {type(e).__name__}: {e})", muted=True))
+
+
+def _gantt(add, metrics: dict, inst, name: str, base: str) -> None:
+    """The timeline per device of the best plan (or why it is missing)."""
+    try:
+        add(Image(f"gantt-{base}.png", f"timeline of the best plan of {name}",
+                  figures.gantt(metrics, inst, f"{name}: timeline per device (receive, then compute)")))
+    except Exception as e:
+        add(Para(f"(timeline not drawn: {type(e).__name__}: {e})", muted=True))
+
+
+def _failures_section(add, rows) -> None:
+    """The runs that crashed, timed out or returned an infeasible plan, as a table (or "None.")."""
     bad = [r for r in rows if r["status"] in ("error", "timeout") or (r["value"] is not None and not r["feasible"])]
     add(Heading(2, "Runs that failed or ran out of time", "failures"))
     if bad:
@@ -181,11 +225,6 @@ def build_document(rows: list[dict], instances_by_file: dict, meta: dict) -> Doc
         add(Table(["instance", "planner", "seed", "status", "time", "message"], frows, numeric_from=99))
     else:
         add(Para("None."))
-
-    add(Heading(2, "Versions", "versions"))
-    v = meta.get("versions", {})
-    add(Bullets([f"{k}: {val}" for k, val in v.items() if val] + ["results.csv holds the versions each run used"]))
-    return doc
 
 
 def _predicted_timeline(doc: Document, metrics: dict, inst, name: str, base: str) -> None:
