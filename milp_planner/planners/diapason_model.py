@@ -371,9 +371,8 @@ def enumerate_pos(instance: Instance, fusionlimit: int, parttype: str,
     return pos, layer_pos, n_groups
 
 
-def build_relaxation(instance: Instance, torch, objective: str = "latency", unit: str = "ms",
-                     fusionlimit: int = 2, parttype: str = "naive", n_parts: int | None = None) -> Relaxation:
-    """Enumerate the POs and precompute every cost tensor of the loss (float64)."""
+def _check_options(objective: str, unit: str, parttype: str, fusionlimit: int) -> None:
+    """Raise PlannerError for an objective, loss unit, parttype or fusionlimit diapason does not take."""
     if objective not in ("latency", "energy"):
         raise PlannerError(f"diapason optimizes latency or energy, not {objective!r}")
     if unit not in UNIT_SCALE:
@@ -382,33 +381,36 @@ def build_relaxation(instance: Instance, torch, objective: str = "latency", unit
         raise PlannerError(f"diapason: parttype must be naive or capability (got {parttype!r})")
     if fusionlimit < 0:
         raise PlannerError(f"diapason: fusionlimit must be >= 0 (got {fusionlimit})")
-    scale = UNIT_SCALE[unit]
-    g = instance.graph
-    pr = pricer(instance)
-    n_dev = len(instance.devices)
-    if n_parts is None:
-        n_parts = min(n_dev, instance.search.max_parts)
-    n_parts = max(1, min(n_parts, n_dev))
-    pos, layer_pos, n_groups = enumerate_pos(instance, fusionlimit, parttype, n_parts)
-    s_max = max(p.n_sub for p in pos)
-    n_po = len(pos)
-    energy = objective == "energy"
-    pw = [(float(d.power.compute_w), float(d.power.tx_w), float(d.power.rx_w)) for d in instance.devices]
 
-    def movement(src: int, dst: int, nbytes: int) -> float:
+
+@dataclass
+class _Pricing:
+    """What one unit of compute or of one message costs: time, or energy for the energy objective."""
+
+    pr: object  # evaluator.pricer(instance)
+    pw: list[tuple[float, float, float]]  # per device: (compute, tx, rx) watts
+    energy: bool
+
+    def movement(self, src: int, dst: int, nbytes: int) -> float:
         """Cost of one message (time, or energy: tx of the sender + rx of the receiver)."""
-        t = pr.link_time(src, dst, nbytes)
-        if not energy or t == 0:
+        t = self.pr.link_time(src, dst, nbytes)
+        if not self.energy or t == 0:
             return t
-        w = (pw[src][1] if src != EXTERNAL else 0.0) + (pw[dst][2] if dst != EXTERNAL else 0.0)
+        w = (self.pw[src][1] if src != EXTERNAL else 0.0) + (self.pw[dst][2] if dst != EXTERNAL else 0.0)
         return w * t
 
+
+def _sublayer_costs(instance: Instance, cost: _Pricing, pos: list[PO], s_max: int,
+                    scale: float) -> tuple[list, list]:
+    """(c_sub, c_io) [PO, S, D]: each sublayer's compute cost (3) and its input (12) and output (14) transfers."""
+    g = instance.graph
+    pr, pw, energy = cost.pr, cost.pw, cost.energy
+    n_dev = len(instance.devices)
     src = instance.network.source.device if not instance.network.source.external else EXTERNAL
     sink = instance.network.sink.device if not instance.network.sink.external else EXTERNAL
     outputs = set(g.outputs)
-
-    c_sub = [[[0.0] * n_dev for _ in range(s_max)] for _ in range(n_po)]
-    c_io = [[[0.0] * n_dev for _ in range(s_max)] for _ in range(n_po)]
+    c_sub = [[[0.0] * n_dev for _ in range(s_max)] for _ in range(len(pos))]
+    c_io = [[[0.0] * n_dev for _ in range(s_max)] for _ in range(len(pos))]
     for p in pos:
         layer = g.layers[p.layer]
         for j in range(p.n_sub):
@@ -422,24 +424,55 @@ def build_relaxation(instance: Instance, torch, objective: str = "latency", unit
                     continue
                 nb = pr.region_bytes(t_name, need.cells)
                 for d in range(n_dev):
-                    c_io[p.index][j][d] += (movement(src, d, nb) if src != d else 0.0) * scale
+                    c_io[p.index][j][d] += (cost.movement(src, d, nb) if src != d else 0.0) * scale
             # (14) output: what the sublayer owns of a graph output goes to the sink
             if layer.output in outputs:
                 own = p.owns[j] if p.owns[j] is not None else p.computed[j]
                 nb = pr.region_bytes(layer.output, own.cells)
                 for d in range(n_dev):
-                    c_io[p.index][j][d] += (movement(d, sink, nb) if sink != d else 0.0) * scale
+                    c_io[p.index][j][d] += (cost.movement(d, sink, nb) if sink != d else 0.0) * scale
+    return c_sub, c_io
 
-    # PO selector layout: [L, P] with -inf on padding
-    p_max = max(len(x) for x in layer_pos)
-    l_index = [[x[k] if k < len(x) else 0 for k in range(p_max)] for x in layer_pos]
-    l_mask = [[0.0 if k < len(x) else float("-inf") for k in range(p_max)] for x in layer_pos]
 
-    pair_mask = [[[j > i and j < p.n_sub for j in range(s_max)] for i in range(s_max)] for p in pos]
-    row_mask = [[i < p.n_sub - 1 for i in range(s_max)] for p in pos]
+@dataclass
+class _Edges:
+    """(8)-(11): one entry per (producer layer a, consumer layer b, tensor)."""
 
-    # (8)-(11): one entry per (producer layer a, consumer layer b, tensor)
-    e_a_layer, e_b_layer, e_a_po, e_b_po, e_ov = [], [], [], [], []
+    a_layer: list[int] = field(default_factory=list)
+    b_layer: list[int] = field(default_factory=list)
+    a_po: list[list[int]] = field(default_factory=list)
+    b_po: list[list[int]] = field(default_factory=list)
+    ov: list = field(default_factory=list)  # [P_a, P_b, S, S] bytes of the tensor sublayer i of b gets from j of a
+
+
+def _overlap(pos: list[PO], layer_pos: list[list[int]], a: int, b: int, t_name: str, unit_b: int,
+             p_max: int, s_max: int) -> list:
+    """[P, P, S, S]: bytes of ``t_name`` that sublayer i of each PO of b reads from sublayer j of each PO of a."""
+    ov = [[[[0.0] * s_max for _ in range(s_max)] for _ in range(p_max)] for _ in range(p_max)]
+    for mi, m_idx in enumerate(layer_pos[a]):
+        m = pos[m_idx]
+        for ni, n_idx in enumerate(layer_pos[b]):
+            n = pos[n_idx]
+            if m.root == n.root:
+                continue  # same fusion chain: the data stays on the device that computed it
+            for j in range(m.n_sub):
+                inside = m.kind == "fusion" and b <= m.root_layer
+                have = m.computed[j] if inside or m.owns[j] is None else m.owns[j]
+                if have.empty:
+                    continue
+                for i in range(n.n_sub):
+                    need = n.needs[i].get(t_name, NOTHING)
+                    cells = intersect_cells(have, need)
+                    if cells > 0:
+                        ov[mi][ni][j][i] = float(cells * unit_b)
+    return ov
+
+
+def _edges(instance: Instance, pr, pos: list[PO], layer_pos: list[list[int]], l_index: list[list[int]],
+           p_max: int, s_max: int) -> _Edges:
+    """The producer/consumer entries of every tensor exchanged between two layers, with their overlaps."""
+    g = instance.graph
+    edges = _Edges()
     for layer in g.layers:
         for t_name in dict.fromkeys(layer.inputs):
             a = g.producer(t_name)
@@ -447,29 +480,19 @@ def build_relaxation(instance: Instance, torch, objective: str = "latency", unit
                 continue
             b = layer.id
             unit_b = pr.unit_bytes(t_name)
-            ov = [[[[0.0] * s_max for _ in range(s_max)] for _ in range(p_max)] for _ in range(p_max)]
-            for mi, m_idx in enumerate(layer_pos[a]):
-                m = pos[m_idx]
-                for ni, n_idx in enumerate(layer_pos[b]):
-                    n = pos[n_idx]
-                    if m.root == n.root:
-                        continue  # same fusion chain: the data stays on the device that computed it
-                    for j in range(m.n_sub):
-                        inside = m.kind == "fusion" and b <= m.root_layer
-                        have = m.computed[j] if inside or m.owns[j] is None else m.owns[j]
-                        if have.empty:
-                            continue
-                        for i in range(n.n_sub):
-                            need = n.needs[i].get(t_name, NOTHING)
-                            cells = intersect_cells(have, need)
-                            if cells > 0:
-                                ov[mi][ni][j][i] = float(cells * unit_b)
-            e_a_layer.append(a)
-            e_b_layer.append(b)
-            e_a_po.append(l_index[a])
-            e_b_po.append(l_index[b])
-            e_ov.append(ov)
+            ov = _overlap(pos, layer_pos, a, b, t_name, unit_b, p_max, s_max)
+            edges.a_layer.append(a)
+            edges.b_layer.append(b)
+            edges.a_po.append(l_index[a])
+            edges.b_po.append(l_index[b])
+            edges.ov.append(ov)
+    return edges
 
+
+def _link_costs(instance: Instance, pw: list[tuple[float, float, float]], energy: bool,
+                scale: float) -> tuple[list, list]:
+    """(per_byte, per_msg) [D, D]: the cost of one byte and of one message on each link (0 on the diagonal)."""
+    n_dev = len(instance.devices)
     per_byte = [[0.0] * n_dev for _ in range(n_dev)]
     per_msg = [[0.0] * n_dev for _ in range(n_dev)]
     net = instance.network
@@ -480,6 +503,49 @@ def build_relaxation(instance: Instance, torch, objective: str = "latency", unit
             w = pw[k][1] + pw[l2][2] if energy else 1.0
             per_byte[k][l2] = w / net.bandwidth_Bps[k][l2] * scale
             per_msg[k][l2] = w * net.latency_s[k][l2] * scale
+    return per_byte, per_msg
+
+
+def _edge_tensors(torch, edges: _Edges) -> dict:
+    """The edge entries as tensors (``e_nz`` marks the nonzero overlaps)."""
+    f64 = torch.float64
+    ov_t = torch.tensor(edges.ov, dtype=f64)
+    return {
+        "e_a_layer": torch.tensor(edges.a_layer, dtype=torch.long),
+        "e_b_layer": torch.tensor(edges.b_layer, dtype=torch.long),
+        "e_a_po": torch.tensor(edges.a_po, dtype=torch.long),
+        "e_b_po": torch.tensor(edges.b_po, dtype=torch.long),
+        "e_ov": ov_t,
+        "e_nz": (ov_t > 0).to(f64),
+    }
+
+
+def build_relaxation(instance: Instance, torch, objective: str = "latency", unit: str = "ms",
+                     fusionlimit: int = 2, parttype: str = "naive", n_parts: int | None = None) -> Relaxation:
+    """Enumerate the POs and precompute every cost tensor of the loss (float64)."""
+    _check_options(objective, unit, parttype, fusionlimit)
+    scale = UNIT_SCALE[unit]
+    pr = pricer(instance)
+    n_dev = len(instance.devices)
+    if n_parts is None:
+        n_parts = min(n_dev, instance.search.max_parts)
+    n_parts = max(1, min(n_parts, n_dev))
+    pos, layer_pos, n_groups = enumerate_pos(instance, fusionlimit, parttype, n_parts)
+    s_max = max(p.n_sub for p in pos)
+    energy = objective == "energy"
+    pw = [(float(d.power.compute_w), float(d.power.tx_w), float(d.power.rx_w)) for d in instance.devices]
+    c_sub, c_io = _sublayer_costs(instance, _Pricing(pr, pw, energy), pos, s_max, scale)
+
+    # PO selector layout: [L, P] with -inf on padding
+    p_max = max(len(x) for x in layer_pos)
+    l_index = [[x[k] if k < len(x) else 0 for k in range(p_max)] for x in layer_pos]
+    l_mask = [[0.0 if k < len(x) else float("-inf") for k in range(p_max)] for x in layer_pos]
+
+    pair_mask = [[[j > i and j < p.n_sub for j in range(s_max)] for i in range(s_max)] for p in pos]
+    row_mask = [[i < p.n_sub - 1 for i in range(s_max)] for p in pos]
+
+    edges = _edges(instance, pr, pos, layer_pos, l_index, p_max, s_max)
+    per_byte, per_msg = _link_costs(instance, pw, energy, scale)
 
     f64 = torch.float64
     tens = {
@@ -494,15 +560,7 @@ def build_relaxation(instance: Instance, torch, objective: str = "latency", unit
         "link_per_msg": torch.tensor(per_msg, dtype=f64),
         "e_ov": None,
     }
-    if e_ov:
-        ov_t = torch.tensor(e_ov, dtype=f64)
-        tens.update({
-            "e_a_layer": torch.tensor(e_a_layer, dtype=torch.long),
-            "e_b_layer": torch.tensor(e_b_layer, dtype=torch.long),
-            "e_a_po": torch.tensor(e_a_po, dtype=torch.long),
-            "e_b_po": torch.tensor(e_b_po, dtype=torch.long),
-            "e_ov": ov_t,
-            "e_nz": (ov_t > 0).to(f64),
-        })
+    if edges.ov:
+        tens.update(_edge_tensors(torch, edges))
     return Relaxation(instance, objective, unit, fusionlimit, parttype, n_parts, pos, layer_pos, n_groups, s_max,
                       tens, torch)

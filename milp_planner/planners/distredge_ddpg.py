@@ -242,7 +242,6 @@ class DistrEdgeDDPG(Planner):
         vols = _volumes(instance, o, ctx.seed, ctx.part_of_limit(1 / 3))
         env = _Episode(instance, vols, ctx.objective)
         rng = np.random.default_rng(ctx.seed)
-        sim = env.sim
 
         def value_of(stages, lat, en):
             if ctx.objective == "latency":
@@ -253,99 +252,18 @@ class DistrEdgeDDPG(Planner):
 
         # reference: the best single-device plan (scales the state's T and the reward); it is
         # also the plan returned when the time limit leaves no episode
-        ref, ref_stages = float("inf"), None
-        for d in range(n_dev):
-            stages = []
-            for a, b, _ in env.segments:
-                stages.append((a, b, "none", ((d, None),)))
-            lat, en = sim.run(stages)
-            v = value_of(stages, lat, en)
-            if v < ref or ref_stages is None:
-                ref, ref_stages = v, stages
+        ref, ref_stages = _reference(env, value_of)
         best = (ref, ref_stages, 0)
         ref = ref if ref > 0 else 1.0
-
-        def out_of_time() -> bool:
-            return deadline.passed()
 
         with TorchState(torch, ctx.threads):
             torch.manual_seed(ctx.seed)
             agent = _DDPG(torch, env.state_dim, max(1, n_dev - 1), o)
-            curve = []
-            stopped = False
-            ep_done = 0
-            n_steps = len(env.steps)
-            for episode in range(1, o["episodes"] + 1):
-                if out_of_time():
-                    stopped = True
-                    break
-                eps = 1.0 - (episode * o["d_eps"]) ** 2
-                owners = sim.initial()
-                clock = 0.0
-                energy = 0.0
-                finish = [0.0] * n_dev
-                stages = []
-                seg = 0
-                pending = None
-
-                def run_whole_until(stop):
-                    nonlocal seg, owners, clock, energy
-                    while seg < stop:
-                        a, b, _ = env.segments[seg]
-                        for st in env.whole_run(a, b, owners):
-                            sp = env.advance(owners, st, clock, finish)
-                            owners = sp.owners
-                            clock += sp.tau
-                            energy += sp.energy
-                            stages.append(st)
-                        seg += 1
-
-                state = None
-                for step, k in enumerate(env.steps):
-                    if out_of_time():  # the episode is dropped: the best one so far is returned
-                        stopped = True
-                        break
-                    run_whole_until(k)
-                    state = [f / ref for f in finish] + list(env.cfg[step])
-                    raw = agent.act(state)
-                    if rng.random() < eps:
-                        raw = raw + rng.normal(0.0, o["sigma2"] ** 0.5, size=raw.shape)
-                    raw = np.clip(raw, -1.0, 1.0)
-                    h = instance.graph.layers[env.segments[k][1]].rows
-                    cuts = sorted(_round_half_up(h * (x + 1.0) / 2.0) for x in raw) if n_dev > 1 else []
-                    st = env.split_stage(k, cuts)
-                    sp = env.advance(owners, st, clock, finish)
-                    owners = sp.owners
-                    clock += sp.tau
-                    energy += sp.energy
-                    stages.append(st)
-                    seg = k + 1
-                    if pending is not None:
-                        # the previous step's transition is complete once s_l is observed
-                        agent.store(pending[0], pending[1], 0.0, state, False)
-                        agent.update(rng)
-                    pending = (state, raw)
-                if stopped:
-                    break
-                run_whole_until(len(env.segments))
-                gs, ge = sim.gather(owners)
-                total = value_of(stages, clock + gs, energy + ge)
-                if pending is not None:
-                    final_state = [f / ref for f in finish] + [0.0] * 4
-                    agent.store(pending[0], pending[1], ref / total if total > 0 else 0.0, final_state, True)
-                    agent.update(rng)
-                curve.append(total)
-                ep_done = episode
-                if total < best[0] or best[2] == 0:
-                    best = (total, list(stages), episode)
-                if episode % 20 == 0 or episode == 1:
-                    ctx.report(phase=f"distredge episode {episode}/{o['episodes']}", incumbent=best[0])
-                if n_steps == 0 or n_dev == 1:
-                    break  # nothing to learn: every episode is the same plan
+            best, curve, ep_done, stopped = _train(env, agent, rng, o, ref, best, deadline, ctx, value_of)
         plan = to_plan(instance, best[1])
         info = {
             "volumes": [list(v) for v in vols],
-            "mdp_steps": n_steps,
+            "mdp_steps": len(env.steps),
             "episodes_done": ep_done,
             "best_episode": best[2],
             "best_value_sim": best[0],
@@ -356,6 +274,109 @@ class DistrEdgeDDPG(Planner):
         }
         return PlanResult(self.name, "feasible", ctx.objective, plan=plan, info=info,
                           message="time limit reached: best plan so far" if stopped else "")
+
+
+def _reference(env: _Episode, value_of) -> tuple[float, list | None]:
+    """The value and stages of the best single-device plan."""
+    ref, ref_stages = float("inf"), None
+    for d in range(env.n_dev):
+        stages = []
+        for a, b, _ in env.segments:
+            stages.append((a, b, "none", ((d, None),)))
+        lat, en = env.sim.run(stages)
+        v = value_of(stages, lat, en)
+        if v < ref or ref_stages is None:
+            ref, ref_stages = v, stages
+    return ref, ref_stages
+
+
+def _train(env: _Episode, agent: _DDPG, rng, o: dict, ref: float, best: tuple, deadline: Deadline, ctx,
+           value_of) -> tuple[tuple, list[float], int, bool]:
+    """(best (value, stages, episode), value curve, episodes done, stopped by the deadline) of Alg. 2's training."""
+    curve = []
+    ep_done = 0
+    n_steps = len(env.steps)
+    for episode in range(1, o["episodes"] + 1):
+        if deadline.passed():
+            return best, curve, ep_done, True
+        eps = 1.0 - (episode * o["d_eps"]) ** 2
+        done = _run_episode(env, agent, rng, o, ref, eps, deadline, value_of)
+        if done is None:
+            return best, curve, ep_done, True
+        total, stages = done
+        curve.append(total)
+        ep_done = episode
+        if total < best[0] or best[2] == 0:
+            best = (total, list(stages), episode)
+        if episode % 20 == 0 or episode == 1:
+            ctx.report(phase=f"distredge episode {episode}/{o['episodes']}", incumbent=best[0])
+        if n_steps == 0 or env.n_dev == 1:
+            break  # nothing to learn: every episode is the same plan
+    return best, curve, ep_done, False
+
+
+class _Rollout:
+    """One episode's plan so far: its stages, who owns which tensor, the clock, energy and finish times."""
+
+    def __init__(self, env: _Episode):
+        self.env = env
+        self.owners = env.sim.initial()
+        self.clock = 0.0
+        self.energy = 0.0
+        self.finish = [0.0] * env.n_dev
+        self.stages = []
+        self.seg = 0
+
+    def push(self, st) -> None:
+        """Append stage ``st``, advancing owners, clock, energy and finish times."""
+        sp = self.env.advance(self.owners, st, self.clock, self.finish)
+        self.owners = sp.owners
+        self.clock += sp.tau
+        self.energy += sp.energy
+        self.stages.append(st)
+
+    def run_whole_until(self, stop: int) -> None:
+        """Append the whole (unsplit) stages of the segments before segment ``stop``."""
+        while self.seg < stop:
+            a, b, _ = self.env.segments[self.seg]
+            for st in self.env.whole_run(a, b, self.owners):
+                self.push(st)
+            self.seg += 1
+
+
+def _run_episode(env: _Episode, agent: _DDPG, rng, o: dict, ref: float, eps: float, deadline: Deadline,
+                 value_of) -> tuple[float, list] | None:
+    """(value, stages) of one episode, training the agent on its transitions; None if the deadline cut it."""
+    import numpy as np
+
+    roll = _Rollout(env)
+    pending = None
+    for step, k in enumerate(env.steps):
+        if deadline.passed():  # the episode is dropped: the best one so far is returned
+            return None
+        roll.run_whole_until(k)
+        state = [f / ref for f in roll.finish] + list(env.cfg[step])
+        raw = agent.act(state)
+        if rng.random() < eps:
+            raw = raw + rng.normal(0.0, o["sigma2"] ** 0.5, size=raw.shape)
+        raw = np.clip(raw, -1.0, 1.0)
+        h = env.instance.graph.layers[env.segments[k][1]].rows
+        cuts = sorted(_round_half_up(h * (x + 1.0) / 2.0) for x in raw) if env.n_dev > 1 else []
+        roll.push(env.split_stage(k, cuts))
+        roll.seg = k + 1
+        if pending is not None:
+            # the previous step's transition is complete once s_l is observed
+            agent.store(pending[0], pending[1], 0.0, state, False)
+            agent.update(rng)
+        pending = (state, raw)
+    roll.run_whole_until(len(env.segments))
+    gs, ge = env.sim.gather(roll.owners)
+    total = value_of(roll.stages, roll.clock + gs, roll.energy + ge)
+    if pending is not None:
+        final_state = [f / ref for f in roll.finish] + [0.0] * 4
+        agent.store(pending[0], pending[1], ref / total if total > 0 else 0.0, final_state, True)
+        agent.update(rng)
+    return total, roll.stages
 
 
 def _round_half_up(x: float) -> int:

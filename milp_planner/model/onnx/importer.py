@@ -37,51 +37,15 @@ class Importer:
         self.t = Tensors(model, infer_model(model, label, input_shape, self.act_graph_inputs), label)
         self.graph_outputs = [o.name for o in g.output]
         self.dequantized: set[str] = set()  # outputs of DequantizeLinear of activations (QDQ fronts)
+        self.alias: dict[str, str] = {}  # Identity/Dropout outputs and QDQ fronts -> the tensor they copy
 
     def run(self) -> LayerGraph:
         """The layer graph: constants and aliases set aside, patterns matched, nodes folded."""
-        g = self.model.graph
-        nodes: list[Node] = []
-        alias: dict[str, str] = {}
-
-        def resolve(t: str) -> str:
-            while t in alias:
-                t = alias[t]
-            return t
-
-        for p in g.node:
-            n = Node(p.op_type, p.domain or "", p.name, list(p.input), list(p.output), p)
-            extra = subgraph_inputs(p) if any(
-                a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in p.attribute
-            ) else []
-            n.inputs += [i for i in extra if i not in n.inputs]
-            std = n.standard
-            real_inputs = [i for i in n.inputs if i]
-            if (std and n.op in STATIC_OPS) or all(resolve(i) in self.t.const for i in real_inputs):
-                # not a layer: a weight, a shape, or a computation on constants only
-                self.t.const.update(o for o in n.outputs if o)
-                if std and n.op == "Constant" and n.outputs:
-                    self.t.const_nodes[n.outputs[0]] = p
-                    if self.t.known(n.outputs[0]) is None:
-                        self.t.shapes[n.outputs[0]] = constant_node_shape(p)
-                continue
-            if std and n.op in ALIAS_OPS and real_inputs:
-                for o in n.outputs[:1]:
-                    alias[o] = n.inputs[0]
-                continue
-            if std and n.op == "DequantizeLinear" and n.outputs and n.outputs[0] not in self.graph_outputs:
-                # the front of a QDQ group (DequantizeLinear -> op -> QuantizeLinear): it belongs
-                # to each op reading it, so that layers exchange the quantised tensor and a
-                # deployed group is the one onnxruntime fuses into an integer kernel
-                alias[n.outputs[0]] = n.inputs[0]
-                self.dequantized.add(n.outputs[0])
-                continue
-            nodes.append(n)
-
+        nodes = self._collect_nodes()
         for n in nodes:
-            n.act = [resolve(i) for i in n.inputs if i and resolve(i) not in self.t.const]
-            n.first = resolve(n.inputs[0]) if n.inputs and n.inputs[0] else ""
-        gouts = {resolve(o) for o in self.graph_outputs}
+            n.act = [self._resolve(i) for i in n.inputs if i and self._resolve(i) not in self.t.const]
+            n.first = self._resolve(n.inputs[0]) if n.inputs and n.inputs[0] else ""
+        gouts = {self._resolve(o) for o in self.graph_outputs}
         nodes = match_patterns(nodes, gouts)
 
         consumers: dict[str, int] = {}
@@ -89,22 +53,73 @@ class Importer:
             for t in dict.fromkeys(n.act):
                 consumers[t] = consumers.get(t, 0) + 1
 
-        # -- folding
+        pending, owner = self._fold(nodes, consumers, gouts)
+        self._name_copied_outputs(pending, owner)
+
+        def final(t: str) -> str:
+            pid = owner.get(t)
+            return pending[pid].out if pid is not None else t
+
+        outputs = self._outputs(owner, final)
+        inputs = self._input_shapes(pending, outputs)
+        if not pending:
+            raise PlannerError(f"{self.label}: no layers: every node computes constants or copies an input")
+        layers = [self.make_layer(i, pl, final) for i, pl in enumerate(pending)]
+        return LayerGraph(name=self.gname, layers=layers, inputs=inputs, outputs=outputs,
+                          warnings=list(self.t.warnings))
+
+    def _resolve(self, t: str) -> str:
+        """The tensor ``t`` stands for once aliases (Identity, Dropout, QDQ fronts) are followed."""
+        while t in self.alias:
+            t = self.alias[t]
+        return t
+
+    def _collect_nodes(self) -> list[Node]:
+        """The graph's nodes that are not constants or aliases, with subgraph inputs added to their inputs."""
+        nodes: list[Node] = []
+        for p in self.model.graph.node:
+            n = Node(p.op_type, p.domain or "", p.name, list(p.input), list(p.output), p)
+            extra = subgraph_inputs(p) if any(
+                a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in p.attribute
+            ) else []
+            n.inputs += [i for i in extra if i not in n.inputs]
+            if not self._set_aside(n, p):
+                nodes.append(n)
+        return nodes
+
+    def _set_aside(self, n: Node, p: onnx.NodeProto) -> bool:
+        """Is ``n`` a constant, an alias or a QDQ front (recorded in ``self.t`` or ``self.alias``), not a layer?"""
+        std = n.standard
+        real_inputs = [i for i in n.inputs if i]
+        if (std and n.op in STATIC_OPS) or all(self._resolve(i) in self.t.const for i in real_inputs):
+            # not a layer: a weight, a shape, or a computation on constants only
+            self.t.const.update(o for o in n.outputs if o)
+            if std and n.op == "Constant" and n.outputs:
+                self.t.const_nodes[n.outputs[0]] = p
+                if self.t.known(n.outputs[0]) is None:
+                    self.t.shapes[n.outputs[0]] = constant_node_shape(p)
+            return True
+        if std and n.op in ALIAS_OPS and real_inputs:
+            for o in n.outputs[:1]:
+                self.alias[o] = n.inputs[0]
+            return True
+        if std and n.op == "DequantizeLinear" and n.outputs and n.outputs[0] not in self.graph_outputs:
+            # the front of a QDQ group (DequantizeLinear -> op -> QuantizeLinear): it belongs
+            # to each op reading it, so that layers exchange the quantised tensor and a
+            # deployed group is the one onnxruntime fuses into an integer kernel
+            self.alias[n.outputs[0]] = n.inputs[0]
+            self.dequantized.add(n.outputs[0])
+            return True
+        return False
+
+    def _fold(self, nodes: list[Node], consumers: dict[str, int],
+              gouts: set[str]) -> tuple[list[PendingLayer], dict[str, int]]:
+        """The pending layers, and the pending layer owning each tensor, once foldable nodes are folded."""
         pending: list[PendingLayer] = []
         owner: dict[str, int] = {}
         for n in nodes:
-            if self.foldable(n, consumers, gouts):
-                x = n.act[0]
-                pid = owner.get(x)
-                if pid is not None:
-                    pl = pending[pid]
-                    if (pl.out == x and not pl.multi and consumers.get(x, 0) == 1 and x not in gouts
-                            and n.outputs and self.t.known(x) is not None
-                            and self.t.known(x) == self.t.known(n.outputs[0])):
-                        pl.folded.append(n)
-                        pl.out = n.outputs[0]
-                        owner[pl.out] = pid
-                        continue
+            if self.foldable(n, consumers, gouts) and self._fold_into_producer(n, pending, owner, consumers, gouts):
+                continue
             if not n.outputs or not n.outputs[0]:
                 continue  # produces nothing usable
             # one layer per output that is read (Split fan-out, a quantiser's value and scale, an
@@ -119,33 +134,53 @@ class Importer:
                 pl.secondary = k > 0
                 owner[o] = len(pending)
                 pending.append(pl)
+        return pending, owner
 
-        # -- graph outputs that are Identity/Dropout copies name the layer's output
+    def _fold_into_producer(self, n: Node, pending: list[PendingLayer], owner: dict[str, int],
+                            consumers: dict[str, int], gouts: set[str]) -> bool:
+        """Fold ``n`` into the pending layer whose output only ``n`` reads, if it has one and shapes match."""
+        x = n.act[0]
+        pid = owner.get(x)
+        if pid is None:
+            return False
+        pl = pending[pid]
+        if (pl.out == x and not pl.multi and consumers.get(x, 0) == 1 and x not in gouts
+                and n.outputs and self.t.known(x) is not None
+                and self.t.known(x) == self.t.known(n.outputs[0])):
+            pl.folded.append(n)
+            pl.out = n.outputs[0]
+            owner[pl.out] = pid
+            return True
+        return False
+
+    def _name_copied_outputs(self, pending: list[PendingLayer], owner: dict[str, int]) -> None:
+        """Let graph outputs that are Identity/Dropout copies name the output of their layer."""
         original_outs = set(self.graph_outputs)
         for o in self.graph_outputs:
-            r = resolve(o)
+            r = self._resolve(o)
             if r != o and r in owner:
                 pl = pending[owner[r]]
                 if pl.out == r and r not in original_outs:
                     pl.out = o
                     owner[o] = owner[r]
 
-        def final(t: str) -> str:
-            pid = owner.get(t)
-            return pending[pid].out if pid is not None else t
-
-        # -- graph inputs: shapes must be known
-        used: set[str] = set()
-        for pl in pending:
-            used.update(pl.root.act)
+    def _outputs(self, owner: dict[str, int], final) -> list[str]:
+        """The graph's outputs as layer outputs or graph inputs, warning about (and dropping) constant ones."""
         outputs: list[str] = []
         for o in self.graph_outputs:
-            t = final(resolve(o))
+            t = final(self._resolve(o))
             if t not in owner and t not in self.act_graph_inputs:
                 self.t.warn(f"{self.label}: graph output '{o}' is a constant, not computed by any layer; ignored")
                 continue
             if t not in outputs:
                 outputs.append(t)
+        return outputs
+
+    def _input_shapes(self, pending: list[PendingLayer], outputs: list[str]) -> dict[str, tuple[int, ...]]:
+        """The shape of every graph input with a known shape; one read or output without one is an error."""
+        used: set[str] = set()
+        for pl in pending:
+            used.update(pl.root.act)
         inputs: dict[str, tuple[int, ...]] = {}
         for name in self.act_graph_inputs:
             s = self.t.known(name)
@@ -157,12 +192,7 @@ class Importer:
                     )
                 continue
             inputs[name] = tuple(int(d) for d in s)
-
-        if not pending:
-            raise PlannerError(f"{self.label}: no layers: every node computes constants or copies an input")
-        layers = [self.make_layer(i, pl, final) for i, pl in enumerate(pending)]
-        return LayerGraph(name=self.gname, layers=layers, inputs=inputs, outputs=outputs,
-                          warnings=list(self.t.warnings))
+        return inputs
 
     def foldable(self, n: Node, consumers: dict[str, int], gouts: set[str]) -> bool:
         """Can ``n`` merge into the producer of its single activation input (its first input)?"""
