@@ -624,7 +624,9 @@ class OutputDir:
                     if _lstat(target / k) is not None and _lstat(new / k) is None:
                         os.rename(target / k, new / k)
                         moved.append(k)
-                if not any(os.scandir(target)):
+                with os.scandir(target) as entries:
+                    empty = not any(entries)
+                if empty:
                     os.rename(new, target)  # replaces the empty folder
                 elif _exchange(new, target):
                     old = new
