@@ -143,6 +143,9 @@ class Fixing:
         return np.isfinite(self.through) & (self.through <= loose(upper))
 
 
+_KB = 1e-3  # memory rows in kilobytes keep the coefficients well scaled
+
+
 def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndarray, usable: np.ndarray,
                    W: np.ndarray, K: np.ndarray, base: np.ndarray, term: np.ndarray, pa: PathArrays,
                    deadline: Deadline = NEVER):
@@ -152,33 +155,70 @@ def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndar
     the LP infeasible: ``(candidates, True)``, prices from its Farkas ray, for the caller to
     check. Any nonnegative prices give a valid bound, since the bound is computed from
     shortest paths, never taken from the LP."""
-    import highspy
+    k = len(devs)
+    r0, r1 = sg.n_nodes, sg.n_nodes + k
+    matrix, work_rows = _lp_matrix(sg, k, W, K, pa)
+    n_rows = r1 + len(work_rows)
+    cheapest = float(np.min(pa.prefix(np.where(usable, base, np.inf))[pa.term_nodes] + term))
+    scale = 1.0 / cheapest if math.isfinite(cheapest) and cheapest > 0 else 1.0  # objective near 1
+    lp = _highs_lp(matrix, n_rows, r0, r1, cap, usable, base, term, scale, pa)
+    dual, infeasible = _lp_duals(lp, n_rows, deadline)
+    rows = (r0, r1, work_rows, len(sg.instance.graph.layers), k, scale)
+    if infeasible:  # the ray's sign convention is HiGHS's: offer both, the caller checks them
+        return [_prices(dual, *rows), _prices(-dual, *rows)], True
+    return [_prices(dual, *rows)], False
 
-    n_layers = len(sg.instance.graph.layers)
-    n_arcs, k = len(sg.arcs), len(devs)
-    first = np.fromiter((a.option.first for a in sg.arcs), dtype=np.int64, count=n_arcs)
-    last = np.fromiter((a.option.last for a in sg.arcs), dtype=np.int64, count=n_arcs)
+
+def _lp_matrix(sg: StageGraph, k: int, W: np.ndarray, K: np.ndarray, pa: PathArrays):
+    """The path-flow LP's constraint matrix column-wise, ``(start, row index, value)``, and the
+    (layer, device index) of each working-set row."""
+    n_arcs, n_term = len(sg.arcs), len(pa.term_nodes)
+    m_col = n_arcs + n_term  # the first of the capped devices' M columns
+    work, work_rows = _working_set_entries(sg, K, k, sg.n_nodes + k, m_col)
+    parts = [_flow_entries(pa, n_arcs), _memory_entries(W, k, sg.n_nodes, m_col), work]
+    n_cols = m_col + k
+    rows = np.concatenate([np.asarray(r, dtype=np.int64) for part in parts for r in part[0]])
+    cols = np.concatenate([np.asarray(c, dtype=np.int64) for part in parts for c in part[1]])
+    vals = np.concatenate([np.asarray(v, dtype=float) for part in parts for v in part[2]])
+    order = np.lexsort((rows, cols))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    start = np.searchsorted(cols, np.arange(n_cols + 1))
+    return (start, rows, vals), work_rows
+
+
+def _flow_entries(pa: PathArrays, n_arcs: int) -> tuple[list, list, list]:
+    """The flow rows' entries (rows, columns, values)."""
     n_term = len(pa.term_nodes)
-    kb = 1e-3  # memory rows in kilobytes keep the coefficients well scaled
-    rows, cols, vals = [], [], []
     arc_ids = np.arange(n_arcs)
     # flow: out - in (+ end at terminals) = 1 at the source, 0 elsewhere
-    rows += [pa.tail, pa.head]
-    cols += [arc_ids, arc_ids]
-    vals += [np.ones(n_arcs), -np.ones(n_arcs)]
-    rows.append(pa.term_nodes)
-    cols.append(n_arcs + np.arange(n_term))
-    vals.append(np.ones(n_term))
-    r0 = sg.n_nodes
+    rows = [pa.tail, pa.head, pa.term_nodes]
+    cols = [arc_ids, arc_ids, n_arcs + np.arange(n_term)]
+    vals = [np.ones(n_arcs), -np.ones(n_arcs), np.ones(n_term)]
+    return rows, cols, vals
+
+
+def _memory_entries(W: np.ndarray, k: int, r0: int, m_col: int) -> tuple[list, list, list]:
+    """The memory rows' entries (rows ``r0`` on, one per capped device)."""
+    rows, cols, vals = [], [], []
     for j in range(k):  # memory: weights + M <= cap
         nz = np.flatnonzero(W[:, j])
         rows += [np.full(len(nz), r0 + j), [r0 + j]]
-        cols += [nz, [n_arcs + n_term + j]]
-        vals += [W[nz, j] * kb, [kb]]
-    r1 = r0 + k
+        cols += [nz, [m_col + j]]
+        vals += [W[nz, j] * _KB, [_KB]]
+    return rows, cols, vals
+
+
+def _working_set_entries(sg: StageGraph, K: np.ndarray, k: int, r1: int, m_col: int):
+    """The working-set rows' entries (rows ``r1`` on, one per layer and capped device that some
+    arc's working set covers) and each row's (layer, device index)."""
+    n_layers = len(sg.instance.graph.layers)
+    n_arcs = len(sg.arcs)
+    first = np.fromiter((a.option.first for a in sg.arcs), dtype=np.int64, count=n_arcs)
+    last = np.fromiter((a.option.last for a in sg.arcs), dtype=np.int64, count=n_arcs)
+    rows, cols, vals = [], [], []
     work_rows = []  # (layer, device index) per working-set row
     span = last - first + 1
-    arc_rep = np.repeat(arc_ids, span)
+    arc_rep = np.repeat(np.arange(n_arcs), span)
     layer_rep = np.concatenate([np.arange(f, e + 1) for f, e in zip(first, last)]) if n_arcs else np.zeros(0, int)
     for j in range(k):  # working set: sum of the covering arcs' working sets - M <= 0
         wk = K[arc_rep, j]
@@ -188,34 +228,42 @@ def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndar
         row_of[layers] = r1 + len(work_rows) + np.arange(len(layers))
         work_rows += [(int(l), j) for l in layers]
         rows += [row_of[layer_rep[nz]], row_of[layers]]
-        cols += [arc_rep[nz], np.full(len(layers), n_arcs + n_term + j)]
-        vals += [wk[nz] * kb, -kb * np.ones(len(layers))]
-    n_rows = r1 + len(work_rows)
-    n_cols = n_arcs + n_term + k
-    rows = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows])
-    cols = np.concatenate([np.asarray(c, dtype=np.int64) for c in cols])
-    vals = np.concatenate([np.asarray(v, dtype=float) for v in vals])
-    order = np.lexsort((rows, cols))
-    rows, cols, vals = rows[order], cols[order], vals[order]
-    start = np.searchsorted(cols, np.arange(n_cols + 1))
+        cols += [arc_rep[nz], np.full(len(layers), m_col + j)]
+        vals += [wk[nz] * _KB, -_KB * np.ones(len(layers))]
+    return (rows, cols, vals), work_rows
 
+
+def _highs_lp(matrix, n_rows: int, r0: int, r1: int, cap: np.ndarray, usable: np.ndarray, base: np.ndarray,
+              term: np.ndarray, scale: float, pa: PathArrays):
+    """The path-flow LP as a HiGHS model: the costs times ``scale``, one unit of flow out of the
+    source, the memory rows at most their caps (kilobytes), the working-set rows at most 0."""
+    import highspy
+
+    start, rows, vals = matrix
+    n_cols, k = len(start) - 1, r1 - r0
     inf = highspy.kHighsInf
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = n_cols, n_rows
-    cheapest = float(np.min(pa.prefix(np.where(usable, base, np.inf))[pa.term_nodes] + term))
-    scale = 1.0 / cheapest if math.isfinite(cheapest) and cheapest > 0 else 1.0  # objective near 1
     cc = np.concatenate([np.where(usable, base, 0.0), term, np.zeros(k)]) * scale
     lp.col_cost_ = cc
     lp.col_lower_ = np.zeros(n_cols)
-    lp.col_upper_ = np.concatenate([np.where(usable, 1.0, 0.0), np.ones(n_term), np.full(k, inf)])
+    lp.col_upper_ = np.concatenate([np.where(usable, 1.0, 0.0), np.ones(len(pa.term_nodes)), np.full(k, inf)])
     rhs = np.zeros(n_rows)
     rhs[pa.source] = 1.0
     lo, hi = rhs.copy(), rhs.copy()
     lo[r0:] = -inf
-    hi[r0:r1] = cap * kb
+    hi[r0:r1] = cap * _KB
     lp.row_lower_, lp.row_upper_ = lo, hi
     lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
     lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = start, rows, vals
+    return lp
+
+
+def _lp_duals(lp, n_rows: int, deadline: Deadline) -> tuple[np.ndarray, bool]:
+    """HiGHS's row duals of ``lp`` (zeros if none), or its Farkas ray when it finds the LP
+    infeasible (then True)."""
+    import highspy
+
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     if not deadline.never:  # stopped early, its duals are still multipliers: the bounds they prove hold
@@ -237,19 +285,20 @@ def lp_multipliers(sg: StageGraph, objective: str, devs: list[int], cap: np.ndar
         h.resetGlobalScheduler(True)
     if len(dual) != n_rows:
         dual = np.zeros(n_rows)
+    return dual, infeasible
 
-    def prices(y):
-        lam = np.maximum(0.0, -y[r0:r1] * kb / scale)
-        nu = np.zeros((n_layers, k))
-        for (l, j), v in zip(work_rows, y[r1:]):
-            nu[l, j] = max(0.0, -v * kb / scale)
-        over = nu.sum(axis=0)
-        shrink = np.where(over > lam, lam / np.maximum(over, 1e-300), 1.0)  # keep sum(nu) <= lam exactly
-        return lam, nu * shrink
 
-    if infeasible:  # the ray's sign convention is HiGHS's: offer both, the caller checks them
-        return [prices(dual), prices(-dual)], True
-    return [prices(dual)], False
+def _prices(y: np.ndarray, r0: int, r1: int, work_rows: list[tuple[int, int]], n_layers: int, k: int,
+            scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """The multipliers ``(lam, nu)`` of the LP's row prices ``y``: nonnegative, unscaled, and
+    ``nu`` shrunk so that its sum per device is at most ``lam``."""
+    lam = np.maximum(0.0, -y[r0:r1] * _KB / scale)
+    nu = np.zeros((n_layers, k))
+    for (l, j), v in zip(work_rows, y[r1:]):
+        nu[l, j] = max(0.0, -v * _KB / scale)
+    over = nu.sum(axis=0)
+    shrink = np.where(over > lam, lam / np.maximum(over, 1e-300), 1.0)  # keep sum(nu) <= lam exactly
+    return lam, nu * shrink
 
 
 def lagrangian_fixing(sg: StageGraph, objective: str, caps: list[int | None],
@@ -432,8 +481,36 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
 
     Raises ``LabelLimit`` past ``max_labels`` labels or at ``deadline``.
     """
-    pa = arrays or PathArrays(sg)
-    n_arcs = len(sg.arcs)
+    search = _search_arrays(sg, objective, caps, upper, fixing, arrays or PathArrays(sg), additive)
+    best, parents, via, support = _label_search(sg, search, max_labels, deadline)
+    if best is None:
+        return CappedPath([], math.inf, np.zeros(len(sg.arcs), dtype=bool))
+    return CappedPath(_path_back(np.concatenate(parents), np.concatenate(via), best[1]), best[0], support)
+
+
+class _Search(NamedTuple):
+    """What one label search (``capped_shortest_path``) reads, fixed before it starts."""
+
+    pa: PathArrays
+    bnd: np.ndarray  # per node: its boundary
+    term: np.ndarray  # per node: its terminal cost (inf: not a terminal)
+    cost: np.ndarray  # per arc: its cost (inf: no plan within the caps and the bound uses it)
+    suf: np.ndarray  # per node: the least cost still to come, without caps
+    W: np.ndarray  # arcs x tracked devices: weights
+    K: np.ndarray  # arcs x tracked devices: working sets
+    capv: np.ndarray  # per tracked device: its cap
+    R: np.ndarray  # arcs x additive columns: summed resources
+    rterm: np.ndarray  # nodes x additive columns: at the terminals
+    rcap: np.ndarray  # per additive column: its limit
+    rsuf: np.ndarray  # nodes x additive columns: the least still to come
+    priced: tuple | None  # the fixing's (lam, spare per boundary, priced suffix per node) of the tracked devices
+    out_arcs: list[np.ndarray]  # per node: its usable out-arcs
+    slack: float  # ``upper`` with the evaluator's slack
+
+
+def _search_arrays(sg: StageGraph, objective: str, caps: list[int | None], upper: float, fixing: Fixing | None,
+                   pa: PathArrays, additive) -> _Search:
+    """The label search's costs, tracked devices, additive resources and Lagrangian prices."""
     base = np.array(arc_cost(sg, objective), dtype=float)
     tdict = terminal_cost(sg, objective)
     term = np.full(sg.n_nodes, np.inf)
@@ -444,28 +521,34 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
         assert list(fixing.devices) == capped, "the fixing was computed for other caps"
         usable &= fixing.keep(upper)
     R, rterm, rcap, rsuf = _additive_columns(sg, pa, additive, usable)  # (drops arcs from ``usable``)
-    nr = R.shape[1]
     cost = np.where(usable, base, np.inf)
     suf = pa.suffix(cost, term[pa.term_nodes])
     track = _tracked(pa, usable, Wall, Kall, capv, fixing)
     W, K, capv = Wall[:, track], Kall[:, track], capv[track]
+    priced = None
     if fixing is not None:
         lam_t = fixing.lam[track]
         spare = (fixing.lam - fixing.nu_after)[:, track]  # per boundary: what lam leaves for the working set
         lsuf = fixing.suf - float(lam_t @ capv)
+        priced = (lam_t, spare, lsuf)
     bnd = np.fromiter((b for b, _ in sg.nodes), dtype=np.int64, count=sg.n_nodes)
     slack = loose(upper) if math.isfinite(upper) else math.inf
+    out_arcs = [np.array([a for a in arcs if usable[a]], dtype=np.int64) for arcs in sg.out_arcs]
+    return _Search(pa, bnd, term, cost, suf, W, K, capv, R, rterm, rcap, rsuf, priced, out_arcs, slack)
 
+
+def _label_search(sg: StageGraph, s: _Search, max_labels: int, deadline: Deadline):
+    """The labels through the nodes in boundary order: the best (value, label) at a terminal
+    (None: none), each node's kept labels' parents and arcs, and the arcs some kept label crossed."""
     pending: list[list] = [[] for _ in range(sg.n_nodes)]
-    k = len(track)
+    k, nr = s.W.shape[1], s.R.shape[1]
     pending[sg.source].append((np.zeros(1), np.zeros((1, k), np.int64), np.zeros((1, k), np.int64),
                                np.zeros((1, nr)), np.full(1, -1, np.int64), np.full(1, -1, np.int64)))
     parents: list[np.ndarray] = []
     via: list[np.ndarray] = []
     n_kept, best, waiting = 0, None, 1
-    out_arcs = [np.array([a for a in arcs if usable[a]], dtype=np.int64) for arcs in sg.out_arcs]
-    support = np.zeros(n_arcs, dtype=bool)
-    for v in np.argsort(bnd, kind="stable"):
+    support = np.zeros(len(sg.arcs), dtype=bool)
+    for v in np.argsort(s.bnd, kind="stable"):
         chunks = pending[v]
         pending[v] = []
         if not chunks:
@@ -476,38 +559,60 @@ def capped_shortest_path(sg: StageGraph, objective: str, caps: list[int | None],
         parents.append(par)
         via.append(arc)
         n_kept += len(C)
-        if n_kept > max_labels:
-            raise LabelLimit(f"more than {max_labels} labels")
-        if deadline.passed():
-            raise LabelLimit("the time limit ran out")
-        check_memory()
-        if math.isfinite(term[v]):
-            vals = C + term[v]
-            if nr:  # the gather's latency and energy count against the caps too
-                vals = np.where(((Rl + rterm[v]) <= rcap).all(axis=1), vals, np.inf)
-            i = int(np.argmin(vals))
-            if vals[i] <= slack and (best is None or vals[i] < best[0]):
-                best = (float(vals[i]), int(gid[i]))
-        A = out_arcs[v]
-        if not len(A):
-            continue
-        heads = pa.head[A]
-        step = max(1, 1_000_000 // len(A))  # labels per block: bounded temporaries
-        for lo in range(0, len(C), step):
-            block = slice(lo, lo + step)
-            waiting += _extend(C[block], Wl[block], Ml[block], Rl[block], gid[block], A, heads, cost, suf, W, K,
-                               capv, slack, support, pending,
-                               None if fixing is None else (lam_t, spare[bnd[heads]], lsuf[heads]), (R, rsuf, rcap))
-            if waiting > 4 * max_labels:
-                raise LabelLimit(f"more than {4 * max_labels} labels waiting")
-    if best is None:
-        return CappedPath([], math.inf, np.zeros(n_arcs, dtype=bool))
-    parent, arc_of = np.concatenate(parents), np.concatenate(via)
-    path, g = [], best[1]
+        _check_limits(n_kept, max_labels, deadline)
+        best = _best_end(s, v, C, Rl, gid, best)
+        waiting = _extend_node(s, v, (C, Wl, Ml, Rl), gid, support, pending, waiting, max_labels)
+    return best, parents, via, support
+
+
+def _check_limits(n_kept: int, max_labels: int, deadline: Deadline) -> None:
+    """``LabelLimit`` past ``max_labels`` kept labels or at ``deadline``; the memory budget's check."""
+    if n_kept > max_labels:
+        raise LabelLimit(f"more than {max_labels} labels")
+    if deadline.passed():
+        raise LabelLimit("the time limit ran out")
+    check_memory()
+
+
+def _best_end(s: _Search, v: int, C: np.ndarray, Rl: np.ndarray, gid: np.ndarray, best):
+    """The best (value, label) so far, with the labels at ``v`` completed when it is a terminal."""
+    if math.isfinite(s.term[v]):
+        vals = C + s.term[v]
+        if s.R.shape[1]:  # the gather's latency and energy count against the caps too
+            vals = np.where(((Rl + s.rterm[v]) <= s.rcap).all(axis=1), vals, np.inf)
+        i = int(np.argmin(vals))
+        if vals[i] <= s.slack and (best is None or vals[i] < best[0]):
+            best = (float(vals[i]), int(gid[i]))
+    return best
+
+
+def _extend_node(s: _Search, v: int, labels: tuple, gid: np.ndarray, support: np.ndarray, pending: list[list],
+                 waiting: int, max_labels: int) -> int:
+    """Extend the labels at ``v`` along its usable arcs, a block of labels at a time; the number
+    of labels waiting after it (``LabelLimit`` past ``4 * max_labels``)."""
+    A = s.out_arcs[v]
+    if not len(A):
+        return waiting
+    C, Wl, Ml, Rl = labels
+    heads = s.pa.head[A]
+    priced = None if s.priced is None else (s.priced[0], s.priced[1][s.bnd[heads]], s.priced[2][heads])
+    step = max(1, 1_000_000 // len(A))  # labels per block: bounded temporaries
+    for lo in range(0, len(C), step):
+        block = slice(lo, lo + step)
+        waiting += _extend(C[block], Wl[block], Ml[block], Rl[block], gid[block], A, heads, s.cost, s.suf, s.W, s.K,
+                           s.capv, s.slack, support, pending, priced, (s.R, s.rsuf, s.rcap))
+        if waiting > 4 * max_labels:
+            raise LabelLimit(f"more than {4 * max_labels} labels waiting")
+    return waiting
+
+
+def _path_back(parent: np.ndarray, arc_of: np.ndarray, g: int) -> list[int]:
+    """The arcs from the source to label ``g``, following the labels' parents."""
+    path = []
     while arc_of[g] >= 0:  # the source's label has no arc
         path.append(int(arc_of[g]))
         g = int(parent[g])
-    return CappedPath(path[::-1], best[0], support)
+    return path[::-1]
 
 
 def _undominated_labels(chunks: list[tuple]) -> tuple:

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from milp_planner.deadline import Deadline
@@ -204,6 +205,38 @@ def _label_solve(sg, instance: Instance, objective: str, deadline: Deadline, bud
 LEX_LABELS = 2_000_000  # labels of the lexicographic step's label search before the MILP takes over
 
 
+@dataclass
+class _Loop:
+    """The state of one two-objective loop (``_Run.front2``) between its ε-steps."""
+
+    f1: str
+    f2: str
+    tail: list[str]
+    extra: dict[str, float]
+    lazy: bool
+    eps: float | None = None
+    f2_floor: float | None = None  # proven: no plan within ``extra`` has f2 below it
+    waiting: ParetoPoint | None = None  # lazy: the last point, not yet shown non-dominated
+    waiting_status: str = ""
+    retries: int = 0  # ε-steps retried a step lower
+    broke_bound: float = math.inf
+    broke_cap: float = -math.inf
+
+    def settle(self, bound: float | None) -> None:
+        """Confirm the waiting point when ``bound`` is above its f1; it waits no longer."""
+        # the step after ``waiting`` proved f1 >= bound for every plan with a smaller f2
+        if self.waiting is not None and bound is not None and bound > self.waiting.values[self.f1] * (1 + 1e-9):
+            self.waiting.status = self.waiting_status
+        self.waiting = None
+
+    def retry_lower(self, bound: float | None) -> None:
+        """Retry the ε-step a step lower after its plan broke the cap, remembering its bound and cap."""
+        self.retries += 1
+        self.broke_bound = min(self.broke_bound, bound if bound is not None else 0.0)
+        self.broke_cap = max(self.broke_cap, self.eps)
+        self.eps = next_cap(self.f2, self.eps)  # the same step, a step lower
+
+
 class _Run:
     """The state of one front computation: deadline, solver, steps and counters."""
 
@@ -320,107 +353,134 @@ class _Run:
         plan exists there can take the exact planner as long as all the other steps (it enumerates
         the plans by f1). So after the first point the loop proves a lower bound of f2 once
         (``least``); an ε-step whose cap is below it is infeasible without a solve."""
-        eps: float | None = None
-        f2_floor: float | None = None  # proven: no plan within ``extra`` has f2 below it
-        lazy = self.lazy and not tail
-        waiting: ParetoPoint | None = None  # lazy: the last point, not yet shown non-dominated
-        waiting_status = ""
-        retries, broke_bound, broke_cap = 0, math.inf, -math.inf  # ε-steps retried a step lower
-
-        def settle(bound: float | None) -> None:
-            # the step after ``waiting`` proved f1 >= bound for every plan with a smaller f2
-            nonlocal waiting
-            if waiting is not None and bound is not None and bound > waiting.values[f1] * (1 + 1e-9):
-                waiting.status = waiting_status
-            waiting = None
-
+        loop = _Loop(f1, f2, tail, extra, lazy=self.lazy and not tail)
         while True:
-            if self.out_of_time():
-                self.stopped = self.stopped or "the time limit ran out"
+            if self._stops_early(points):
                 return False
-            if self.max_points is not None and len(points) >= self.max_points:
-                self.stopped = self.stopped or f"--points {self.max_points} reached"
-                return False
-            caps = dict(extra)
-            if eps is not None:
-                caps[f2] = eps
-                if f2_floor is None:
-                    f2_floor = self.least(f2, dict(extra))
-                    if self.out_of_time():
-                        continue
-            if eps is not None and eps < f2_floor:
+            caps = self._step_caps(loop)
+            if caps is None:
+                continue
+            if loop.eps is not None and loop.eps < loop.f2_floor:
                 self.last_time_s = 0.0  # no solve (the memory after it is the last step's)
-                self.record(caps, f1, math.inf, "infeasible", f"no plan has {f2} below {f2_floor:.9g} (proven)")
-                settle(broke_bound)
-                if retries and math.isfinite(broke_bound):
-                    self.uncovered.append({f2: (caps[f2], broke_cap), f1: (broke_bound, math.inf)})
+                self._ends_infeasible(loop, caps, f"no plan has {f2} below {loop.f2_floor:.9g} (proven)")
                 return True
             res, infeasible, ok = self.solve(caps, f1)
             if infeasible:
-                self.record(caps, f1, math.inf, "infeasible")
-                settle(broke_bound)
-                if retries and math.isfinite(broke_bound):
-                    self.uncovered.append({f2: (caps[f2], broke_cap), f1: (broke_bound, math.inf)})
+                self._ends_infeasible(loop, caps)
                 return True
-            bound = res.bound if res.status != "optimal" else res.value
-            broke = not ok and res.plan is not None and res.metrics is not None and not res.metrics.feasible
-            if broke:
-                # the solver's plan passes a cap by its tolerance: its bound holds for these caps
-                # (the solver's feasible set holds the plans within them); its plan does not
-                bound = res.bound
-                why = "; ".join(res.metrics.violations)
-                res.message = "its plan breaks the caps" + (f" ({why})" if why else "")
-            self.record(caps, f1, bound, res.status if ok else "error",
-                        "" if res.status == "optimal" and ok else res.message)
-            if broke and eps is not None and retries < RETRIES:
-                retries += 1
-                broke_bound = min(broke_bound, bound if bound is not None else 0.0)
-                broke_cap = max(broke_cap, eps)
-                eps = next_cap(f2, eps)  # the same step, a step lower
+            bound, broke = self._record_step(caps, f1, res, ok)
+            if broke and loop.eps is not None and loop.retries < RETRIES:
+                loop.retry_lower(bound)
                 continue
             if not ok:
-                # no plan within these caps, so no next cap: the front ends here; the step's
-                # proven bound (if any) stays in the lower bound set
-                settle(None if bound is None else min(bound, broke_bound))
-                where = ", ".join(f"{o} <= {c:.6g}" for o, c in caps.items()) or "no cap"
-                why = res.message or f"it ended {res.status} without a plan"
-                number = sum(step.minimised == f1 for step in self.steps)  # (not the f2 floor's step)
-                self.stopped = self.stopped or f"the ε-step {number} ({where}) found no plan: {why}"
+                self._stop_without_plan(loop, caps, res, bound)
                 return False
-            if retries and ok and broke_bound < res.value * (1 - 1e-9):
-                # a plan with f2 between this cap and the broken step's and f1 in [broke_bound,
-                # this optimum) is not excluded: the front is not complete there
-                self.uncovered.append({f2: (caps[f2], broke_cap), f1: (broke_bound, res.value)})
-            if retries:
-                bound = None if bound is None else min(bound, broke_bound)
-            retries, broke_bound, broke_cap = 0, math.inf, -math.inf
-            if waiting is not None and res.value <= waiting.values[f1] * (1 + 1e-9):
-                points.remove(waiting)  # this plan has its f1 and a smaller f2
-                waiting = None
-            settle(bound)
-            chosen, status = res, ("optimal" if res.status == "optimal" else res.status)
-            fixed = {f1: res.value}
-            for obj in ([] if lazy else [f2] + tail):
-                if self.out_of_time():
-                    status = "timeout" if status == "optimal" else status
-                    break
-                lex, _, lex_ok = self.solve({**caps, **fixed}, obj, within=f1)
-                if lex_ok and objective_value(lex.metrics, obj) < objective_value(chosen.metrics, obj):
-                    chosen = lex
-                proven = lex_ok and lex.status == "optimal" and objective_value(chosen.metrics, obj) <= \
-                    lex.value + max(1e-9 * abs(lex.value), lex.info.get("tolerance", 0.0))
-                if not proven and status == "optimal":
-                    # the lexicographic step was not proven: the point may be weakly dominated
-                    status = lex.status if lex.status not in ("optimal", "infeasible") else "feasible"
-                fixed[obj] = objective_value(chosen.metrics, obj)
-            metrics = evaluate(chosen.plan, self.instance)
-            values = {o: objective_value(metrics, o) for o in [f1, f2] + tail}
-            point = ParetoPoint(values, chosen.plan, metrics, "feasible" if lazy else status, f1,
-                                res.value if res.status == "optimal" else res.bound)
+            bound = self._close_retries(loop, caps, res, bound)
+            self._settle_waiting(loop, res, bound, points)
+            chosen, status = self._lexicographic_steps(loop, caps, res)
+            point = self._point(loop, res, chosen, status)
             points.append(point)
-            if lazy:
-                waiting, waiting_status = point, status
-            eps = next_cap(f2, values[f2])
+            if loop.lazy:
+                loop.waiting, loop.waiting_status = point, status
+            loop.eps = next_cap(f2, point.values[f2])
+
+    def _stops_early(self, points: list[ParetoPoint]) -> bool:
+        """Whether the run stops before the next ε-step (time limit or ``max_points``), noting why."""
+        if self.out_of_time():
+            self.stopped = self.stopped or "the time limit ran out"
+            return True
+        if self.max_points is not None and len(points) >= self.max_points:
+            self.stopped = self.stopped or f"--points {self.max_points} reached"
+            return True
+        return False
+
+    def _step_caps(self, loop: _Loop) -> dict[str, float] | None:
+        """The next ε-step's caps, proving f2's floor before the first capped step (None: the
+        time ran out while proving it)."""
+        caps = dict(loop.extra)
+        if loop.eps is not None:
+            caps[loop.f2] = loop.eps
+            if loop.f2_floor is None:
+                loop.f2_floor = self.least(loop.f2, dict(loop.extra))
+                if self.out_of_time():
+                    return None
+        return caps
+
+    def _ends_infeasible(self, loop: _Loop, caps: dict[str, float], message: str = "") -> None:
+        """Record the proven infeasible ε-step that ends the loop, and the range a retry left uncovered."""
+        self.record(caps, loop.f1, math.inf, "infeasible", message)
+        loop.settle(loop.broke_bound)
+        if loop.retries and math.isfinite(loop.broke_bound):
+            self.uncovered.append({loop.f2: (caps[loop.f2], loop.broke_cap), loop.f1: (loop.broke_bound, math.inf)})
+
+    def _record_step(self, caps: dict[str, float], f1: str, res, ok: bool) -> tuple[float | None, bool]:
+        """Record the ε-step just solved: its proven bound and whether its plan breaks the caps."""
+        bound = res.bound if res.status != "optimal" else res.value
+        broke = not ok and res.plan is not None and res.metrics is not None and not res.metrics.feasible
+        if broke:
+            # the solver's plan passes a cap by its tolerance: its bound holds for these caps
+            # (the solver's feasible set holds the plans within them); its plan does not
+            bound = res.bound
+            why = "; ".join(res.metrics.violations)
+            res.message = "its plan breaks the caps" + (f" ({why})" if why else "")
+        self.record(caps, f1, bound, res.status if ok else "error",
+                    "" if res.status == "optimal" and ok else res.message)
+        return bound, broke
+
+    def _stop_without_plan(self, loop: _Loop, caps: dict[str, float], res, bound: float | None) -> None:
+        """End the run at an ε-step without a plan, naming the step and why."""
+        # no plan within these caps, so no next cap: the front ends here; the step's
+        # proven bound (if any) stays in the lower bound set
+        loop.settle(None if bound is None else min(bound, loop.broke_bound))
+        where = ", ".join(f"{o} <= {c:.6g}" for o, c in caps.items()) or "no cap"
+        why = res.message or f"it ended {res.status} without a plan"
+        number = sum(step.minimised == loop.f1 for step in self.steps)  # (not the f2 floor's step)
+        self.stopped = self.stopped or f"the ε-step {number} ({where}) found no plan: {why}"
+
+    def _close_retries(self, loop: _Loop, caps: dict[str, float], res, bound: float | None) -> float | None:
+        """The step's bound after the retries that led to it (noting the range they left
+        uncovered); resets the retries."""
+        if loop.retries and loop.broke_bound < res.value * (1 - 1e-9):
+            # a plan with f2 between this cap and the broken step's and f1 in [broke_bound,
+            # this optimum) is not excluded: the front is not complete there
+            self.uncovered.append({loop.f2: (caps[loop.f2], loop.broke_cap), loop.f1: (loop.broke_bound, res.value)})
+        if loop.retries:
+            bound = None if bound is None else min(bound, loop.broke_bound)
+        loop.retries, loop.broke_bound, loop.broke_cap = 0, math.inf, -math.inf
+        return bound
+
+    def _settle_waiting(self, loop: _Loop, res, bound: float | None, points: list[ParetoPoint]) -> None:
+        """Lazy: drop the waiting point if this step's plan dominates it, else settle it by ``bound``."""
+        if loop.waiting is not None and res.value <= loop.waiting.values[loop.f1] * (1 + 1e-9):
+            points.remove(loop.waiting)  # this plan has its f1 and a smaller f2
+            loop.waiting = None
+        loop.settle(bound)
+
+    def _lexicographic_steps(self, loop: _Loop, caps: dict[str, float], res) -> tuple[Any, str]:
+        """The plan after the lexicographic steps on f2 then the tail (none when lazy) and its status."""
+        chosen, status = res, ("optimal" if res.status == "optimal" else res.status)
+        fixed = {loop.f1: res.value}
+        for obj in ([] if loop.lazy else [loop.f2] + loop.tail):
+            if self.out_of_time():
+                status = "timeout" if status == "optimal" else status
+                break
+            lex, _, lex_ok = self.solve({**caps, **fixed}, obj, within=loop.f1)
+            if lex_ok and objective_value(lex.metrics, obj) < objective_value(chosen.metrics, obj):
+                chosen = lex
+            proven = lex_ok and lex.status == "optimal" and objective_value(chosen.metrics, obj) <= \
+                lex.value + max(1e-9 * abs(lex.value), lex.info.get("tolerance", 0.0))
+            if not proven and status == "optimal":
+                # the lexicographic step was not proven: the point may be weakly dominated
+                status = lex.status if lex.status not in ("optimal", "infeasible") else "feasible"
+            fixed[obj] = objective_value(chosen.metrics, obj)
+        return chosen, status
+
+    def _point(self, loop: _Loop, res, chosen, status: str) -> ParetoPoint:
+        """The front point of the ε-step ``res`` with the plan ``chosen`` by its lexicographic steps."""
+        metrics = evaluate(chosen.plan, self.instance)
+        values = {o: objective_value(metrics, o) for o in [loop.f1, loop.f2] + loop.tail}
+        return ParetoPoint(values, chosen.plan, metrics, "feasible" if loop.lazy else status, loop.f1,
+                           res.value if res.status == "optimal" else res.bound)
 
 
 
