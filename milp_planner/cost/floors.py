@@ -226,7 +226,7 @@ def needed_row_sets(graph) -> dict[int, frozenset[int]]:
     """Per layer, the rows of its output the graph outputs need (``needed_rows`` counts them)."""
     key = id(graph)
     hit = _NEEDED.get(key)
-    if hit is not None and hit[0] is graph:
+    if hit is not None and hit[0]() is graph:
         return hit[1]
     need: dict[int, set[int]] = {}
     outputs = set(graph.outputs)
@@ -246,11 +246,11 @@ def needed_row_sets(graph) -> dict[int, frozenset[int]]:
         need[layer.id] = rows
     out = {lid: frozenset(rows) for lid, rows in need.items()}
     _NEEDED.clear()
-    _NEEDED[key] = (graph, out)
+    _NEEDED[key] = (weakref.ref(graph), out)
     return out
 
 
-_NEEDED: dict[int, tuple] = {}  # the last graph's needed rows (its identity, checked)
+_NEEDED: dict[int, tuple] = {}  # the last graph's needed rows (its identity, held weakly, checked)
 
 
 def rows_read(graph, layer, tensor: str) -> int:

@@ -10,6 +10,7 @@ row; tensors of rank other than 4 use their last dimension as channels.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
@@ -100,11 +101,21 @@ class StageGeometry:
     """
 
     def __init__(self, graph: LayerGraph):
-        self.graph = graph
+        # held weakly: the shared geometries (``stage_geometry``) must not keep a graph alive
+        # once its instance is gone (their caches hold up to 200,000 parts); its pricers hold it
+        self._graph = weakref.ref(graph)
         self._cache: dict = {}
         self._part_cache: dict = {}  # (first, last, axis, range) -> PartGeometry
         self._exits: dict = {}
         self._inputs: dict = {}
+
+    @property
+    def graph(self) -> LayerGraph:
+        """The graph (whoever made this geometry holds it while using it)."""
+        graph = self._graph()
+        if graph is None:
+            raise ReferenceError("the graph of this StageGeometry was garbage-collected")
+        return graph
 
     # -- tensors crossing the stage boundary ---------------------------------------------
     def exit_tensors(self, first: int, last: int) -> list[str]:
@@ -244,20 +255,26 @@ class StageGeometry:
         return part
 
 
-_SHARED: list[tuple[LayerGraph, StageGeometry]] = []  # most recently used last
+_SHARED: list[tuple[weakref.ref, StageGeometry]] = []  # most recently used last
 _SHARED_SIZE = 4
 
 
 def stage_geometry(graph: LayerGraph) -> StageGeometry:
     """The ``StageGeometry`` shared by every pricer of ``graph``: the geometry is device-free,
     so the sub-fleets of an instance (which keep its graph object) reuse the parts already
-    built. Keyed by the graph object itself (held here, so it is not collected meanwhile)."""
-    for i, (g, geo) in enumerate(_SHARED):
-        if g is graph:
+    built. Keyed by the graph object itself, held weakly: a graph no one else holds any more
+    takes its geometry with it (a long-lived process does not keep the last four graphs' parts)."""
+    for i, (ref, geo) in enumerate(_SHARED):
+        if ref() is graph:
             if i != len(_SHARED) - 1:
                 _SHARED.append(_SHARED.pop(i))
             return geo
     geo = StageGeometry(graph)
-    _SHARED.append((graph, geo))
+    _SHARED.append((weakref.ref(graph, _forget), geo))
     del _SHARED[:-_SHARED_SIZE]
     return geo
+
+
+def _forget(ref: weakref.ref) -> None:
+    """Drop the shared geometry of a graph that was collected."""
+    _SHARED[:] = [entry for entry in _SHARED if entry[0] is not ref]
