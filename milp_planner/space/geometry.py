@@ -264,14 +264,14 @@ def stage_geometry(graph: LayerGraph) -> StageGeometry:
     so the sub-fleets of an instance (which keep its graph object) reuse the parts already
     built. Keyed by the graph object itself, held weakly: a graph no one else holds any more
     takes its geometry with it (a long-lived process does not keep the last four graphs' parts)."""
-    for i, (ref, geo) in enumerate(_SHARED):
-        if ref() is graph:
-            if i != len(_SHARED) - 1:
-                _SHARED.append(_SHARED.pop(i))
-            return geo
+    # the list is read from a copy and replaced whole: ``_forget`` may edit it meanwhile (a
+    # collection in the middle of this function, or in another thread)
+    for entry in list(_SHARED):
+        if entry[0]() is graph:
+            _SHARED[:] = [e for e in _SHARED if e is not entry] + [entry]
+            return entry[1]
     geo = StageGeometry(graph)
-    _SHARED.append((weakref.ref(graph, _forget), geo))
-    del _SHARED[:-_SHARED_SIZE]
+    _SHARED[:] = [*_SHARED, (weakref.ref(graph, _forget), geo)][-_SHARED_SIZE:]
     return geo
 
 
