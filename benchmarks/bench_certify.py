@@ -527,6 +527,44 @@ def short_source(src: str | None, limit: int = 80) -> str:
     return src if len(src) <= limit else src[: limit - 1] + "…"
 
 
+#: what proved a bound, in words (``bound_source``; the floors' words are the terminal's)
+ROUND_WORDS = {
+    "rounds": "the rounds: the layout relaxation (for the period raised by threshold probes) and the bounded "
+              "enumeration's proof over the plans it holds",
+    "certified": "the rounds certified the plan",
+}
+
+
+def source_words(code: str | None) -> str:
+    """``bound_source`` in words (docs/exact.md, "The bound and its source")."""
+    from milp_planner.report.terminal import FLOOR_TEXT
+
+    if not code:
+        return "no bound"
+    return ROUND_WORDS.get(code) or FLOOR_TEXT.get(code) or code
+
+
+def open_rows_section(exact: dict, bases: dict) -> list[str]:
+    """Every run the every-file target leaves open: its proven interval, what proved the bound and
+    why the search stopped there (the planner's own message)."""
+    every = TARGETS[0]
+    rows = [(i, o, r) for (i, o), r in sorted(exact.items(), key=lambda kv: (kv[0][0], _objective_rank(kv[0][1])))
+            if meets(every, r, bases.get((i, o)))[0] is False]
+    if not rows:
+        return []
+    out = ["## Rows left open", "",
+           f"The {len(rows)} runs the every-file target leaves open: the interval the run proved (bound to "
+           "value), what proved its bound (`bound_source`, in words) and why the search stopped (the "
+           "planner's message).", "",
+           "| instance | objective | proven interval | gap | what bounds it | why the search stopped |",
+           "|---|---|---|---:|---|---|"]
+    for i, o, r in rows:
+        interval = f"{fmt_value(o, r.bound)} to {fmt_value(o, r.value)}" if has_plan(r) else f"{r.status}"
+        out.append(f"| {i} | {o} | {interval} | {fmt_gap(r.gap)} | {r.bound_source or '-'}: "
+                   f"{_cell(source_words(r.bound_source))} | {_cell(r.message or r.status)} |")
+    return out + [""]
+
+
 def limits_section(records: list[Record]) -> list[str]:
     """The issue's anytime rules over every exact run: the time limit held within
     ``TIME_SLACK`` (5 %) + ``TIME_GRACE_S`` (2 s) of the planner's own ``solve_time_s``, and the
@@ -689,6 +727,7 @@ def render(cache: dict[str, Record], meta: dict, out: Path) -> str:
                          f"{_cell(short_source(r.bound_source or (r.message if not has_plan(r) else None)))} | "
                          f"{_cell(bcell)} | {_cell('; '.join(tv))} |")
         lines.append("")
+    lines += open_rows_section(exact, bases)
     text = "\n".join(lines)
     out.parent.mkdir(parents=True, exist_ok=True)
     from milp_planner.io import write_atomic

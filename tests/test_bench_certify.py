@@ -115,6 +115,24 @@ def test_limits_section_counts_overruns_and_memory_over_the_budget():
     assert "within the rule; the largest overrun +1.00 s" in "\n".join(bc.limits_section([ok]))
 
 
+def test_open_rows_give_the_interval_what_bounds_it_and_why_the_search_stopped():
+    better = record(kind="baselines", baselines=[{"planner": "coopai", "objective": 1.2, "feasible": True}])
+    closed = record(instance="coopai/a.yaml", status="optimal", bound=1.0, gap=0.0, bound_source="certified")
+    near = record(instance="coopai/b.yaml", bound_source="rounds")  # gap 0.5 %, no worse than the baseline
+    wide = record(instance="coopai/c.yaml", bound=0.8, gap=0.2, bound_source="coarse",
+                  message="the full layout relaxation stopped (its share of the time ran out)")
+    lost = record(instance="coopai/d.yaml", value=None, bound=None, gap=None, status="killed", message="killed at 90 s")
+    exact = {(r.instance, "latency"): r for r in (closed, near, wide, lost)}
+    bases = {(r.instance, "latency"): better for r in (closed, near, wide, lost)}
+    text = "\n".join(bc.open_rows_section(exact, bases))
+    assert "The 2 runs" in text and "coopai/a.yaml" not in text and "coopai/b.yaml" not in text
+    assert ("| coopai/c.yaml | latency | 800 ms to 1000 ms | 20 % | coarse: coarse layout relaxation: the newest "
+            "tensor's layout only") in text
+    assert "| the full layout relaxation stopped (its share of the time ran out) |" in text
+    assert "| coopai/d.yaml | latency | killed | - | -: no bound | killed at 90 s |" in text
+    assert bc.open_rows_section({(closed.instance, "latency"): closed}, bases) == []
+
+
 def test_caps_verdict_is_proven_from_the_bounds():
     caps = {"a": 100}
     capped = record(value=1.2, bound=1.1, gap=1 / 12)

@@ -149,7 +149,7 @@ _GRAPH_SOLVERS = {"milp": "MILP (Pyomo + HiGHS)", "cpsat": "CP-SAT", "dp": "shor
 
 
 #: what each ``bound_source`` code means (docs/exact.md, "The bound and its source")
-_FLOOR_TEXT = {
+FLOOR_TEXT = {
     "fluid": "fluid floor: each layer's work spread over all devices at best, communication free",
     "compute-only": "compute-only floor: the fluid floor, with every layer no plan can split whole on its "
                     "fastest device (energy: each layer at its least energy), communication free",
@@ -197,8 +197,8 @@ def _bound_source_words(result) -> str | None:
         rounds = info["rounds"]
         return (f"{code}: layout relaxation + {rounds} round{'s' if rounds != 1 else ''} of bounded enumeration; "
                 f"{_GRAPH_SOLVERS[result.planner]} over the last round's {info.get('stage_arcs', 0):,} stage options")
-    if code in _FLOOR_TEXT:
-        return f"{code}: {_FLOOR_TEXT[code]}"
+    if code in FLOOR_TEXT:
+        return f"{code}: {FLOOR_TEXT[code]}"
     if code == "enumeration" and "plans" in info:
         return f"every plan of the space evaluated ({info['plans']:,} plans)"
     if code == "lp-relaxation":
