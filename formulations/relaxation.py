@@ -822,6 +822,8 @@ class _FloorCost:
     weighted_compute = None  # ``Coarsening.weighted_compute``
     threshold = None  # period: seconds; an option with a part whose relaxed load exceeds it is out (None: off)
     MAX_ELEMENTS = 3e7  # largest array of received seconds (layouts x regions x devices x options)
+    #: bytes of one (layouts, regions, groups, parts) array of a chunk of ``_received``
+    RECEIVE_CHUNK_BYTES = 64 * 2**20
     ranked = True  # price what a part receives over its ranked incoming links (``_received_ranked``)
 
     def __init__(self, instance: Instance, objective: str, node_of: np.ndarray | None = None, width: int = 0):
@@ -1021,24 +1023,43 @@ class _FloorCost:
         for a, rr in enumerate(layouts):
             for i, reg in enumerate(rr):
                 own[a, i] = (reg.rows[0], reg.rows[1], reg.chans[0], reg.chans[1])
-        unit = pr.unit_bytes(t)
-        nbytes = (box_cells(own[:, :, None, None, :], need[None, None]) * unit).astype(float)  # (L, R, G, k)
+        labels = None
         if blocked:
             labels = np.full((len(layouts), rmax), -1, dtype=np.int64)
             for a, lab in enumerate(blocks):
                 labels[a, :len(lab)] = lab
+        # in chunks of layouts (each layout's row is priced alone): the (L, R, G, k) arrays and
+        # their temporaries passed the budget by 300 MB between two checks (hidp/vgg19-5node)
+        step = max(1, int(self.RECEIVE_CHUNK_BYTES // (8 * rmax * need.shape[0] * need.shape[1])))
+        out = None
+        for lo in range(0, len(layouts), step):
+            part, link = self._received_chunk(pr, t, own[lo:lo + step], None if labels is None else labels[lo:lo + step],
+                                              need, pairs, link)
+            if out is None:
+                check_memory(need=len(layouts) * part[0].nbytes)
+                out = np.empty((len(layouts),) + part.shape[1:], dtype=part.dtype)
+            out[lo:lo + step] = part
+        return out, link
+
+    def _received_chunk(self, pr: Pricer, t: str, own: np.ndarray, labels: np.ndarray | None, need: np.ndarray,
+                        pairs: np.ndarray, link: np.ndarray):
+        """``_received`` for the layouts of ``own`` ((L, R, 4) boxes, padding empty) and their
+        blocks ``labels`` ((L, R), -1 pads; None without blocks); ``pairs`` and ``link``: the
+        link classes of the paths without blocks or ranks (the others find their own)."""
+        unit = pr.unit_bytes(t)
+        nbytes = (box_cells(own[:, :, None, None, :], need[None, None]) * unit).astype(float)  # (L, R, G, k)
         if self.widened:
             h, c, _ = tensor_grid(pr.graph, t)
             whole = np.array([0, h, 0, c], dtype=np.int64)
             needed = (box_cells(need, whole) * unit).astype(float)  # (G, k)
-            if blocked:
+            if labels is not None:
                 return self._received_widened_grouped(nbytes, labels, needed)
             rest_b = np.clip(needed[None] - nbytes.max(axis=1), 0, None)[:, None]  # (L, 1, G, k)
             t_recv = rest_b[:, :, None] * pairs[None, None, :, 0, None, None]  # (L, 1, links, G, k)
             return t_recv[:, 0], link
-        if blocked:
+        if labels is not None:
             return self._received_grouped(nbytes, labels)
-        if self.ranked and rmax > 2:
+        if self.ranked and own.shape[1] > 2:
             return self._received_ranked(nbytes)
         msgs = (nbytes > 0).astype(float)
         rest_b = nbytes.sum(axis=1, keepdims=True) - nbytes  # everything but the claimed region

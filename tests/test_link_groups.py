@@ -250,3 +250,27 @@ def test_solves_with_the_coarse_blocks_beside_the_full_relaxation_match_brute_fo
                 assert coarse["lower"] <= opt * (1 + REL) and coarse["passes"][0]["blocks"], seed
                 ran += 1
     assert ran, "no case ran the coarse pass beside the full relaxation"
+
+
+@pytest.mark.parametrize("objective", ["latency", "period"])
+def test_received_in_chunks_of_one_layout_gives_the_same_bounds(monkeypatch, objective):
+    """``_FloorCost._received`` prices layouts in chunks (``RECEIVE_CHUNK_BYTES``) to bound its
+    temporaries: with one layout per chunk every relaxation (full, coarse on a grid and with
+    its regions as they are, with and without blocks) gives the same bounds, bit for bit."""
+    import formulations.coarse as coarse_mod
+    import formulations.relaxation as rel
+
+    def bounds(inst):
+        rel._MEMO.clear()
+        coarse_mod._MEMO.clear()
+        out = [layout_bounds(inst, objective)]
+        out += [coarse_bounds(inst, objective, grid=g, blocks=b) for g in (None, 2) for b in (False, True)]
+        return [(float(lb.lower), [a.tobytes() for a in lb.to_go]) for lb in out]
+
+    cases = [inst for _, inst, _ in _cases(2, 47000)]
+    cases.append(boards(graph=residual_graph(), search=SearchSpace(2, 3, ("equal",), ("rows", "channels"))))
+    for inst in cases:
+        whole = bounds(inst)
+        monkeypatch.setattr(_FloorCost, "RECEIVE_CHUNK_BYTES", 1)
+        assert bounds(inst) == whole
+        monkeypatch.undo()
