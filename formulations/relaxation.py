@@ -1031,15 +1031,15 @@ class _FloorCost:
         # in chunks of layouts (each layout's row is priced alone): the (L, R, G, k) arrays and
         # their temporaries passed the budget by 300 MB between two checks (hidp/vgg19-5node)
         step = max(1, int(self.RECEIVE_CHUNK_BYTES // (8 * rmax * need.shape[0] * need.shape[1])))
-        out = None
+        out = classes = None
         for lo in range(0, len(layouts), step):
-            part, link = self._received_chunk(pr, t, own[lo:lo + step], None if labels is None else labels[lo:lo + step],
-                                              need, pairs, link)
+            part, classes = self._received_chunk(pr, t, own[lo:lo + step],
+                                                 None if labels is None else labels[lo:lo + step], need, pairs, link)
             if out is None:
                 check_memory(need=len(layouts) * part[0].nbytes)
                 out = np.empty((len(layouts),) + part.shape[1:], dtype=part.dtype)
             out[lo:lo + step] = part
-        return out, link
+        return out, classes
 
     def _received_chunk(self, pr: Pricer, t: str, own: np.ndarray, labels: np.ndarray | None, need: np.ndarray,
                         pairs: np.ndarray, link: np.ndarray):
