@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from milp_planner.deadline import NEVER, Deadline
+from milp_planner.cost.batch import layouts_of, price_batch
 from milp_planner.cost.evaluator import EXTERNAL, Pricer, cap_limit, next_owners, price_gather, price_stage, pricer
 from milp_planner.model.graph import last_readers
 from milp_planner.space.geometry import full_region
@@ -338,6 +339,7 @@ class _Enumeration:
         self.pending: list[_Pending] = []
         self.floors: list[float] = []
         self.seen = 0  # options looked at: the deadline is checked every CHECK_EVERY of them
+        self.layouts: dict = {}  # id(table) -> (table, its ``Layouts`` or None): ``_price_stage_batch``
 
     def node(self, b: int, sid: int, used: tuple) -> int:
         """The node of boundary ``b``, state ``sid`` and units ``used`` (made on first use)."""
@@ -500,6 +502,7 @@ class _Enumeration:
         kept = (_within(nodes, pending, self.floors, source, terminals, objective, n_dev, slack)[0] if self.bounded
                 else list(range(len(pending))))
         check_caps = any(c is not None for c in caps)
+        self._price_batches(kept)
         arcs: list[Arc] = []
         for i in kept:
             if self.seen % CHECK_EVERY == 0:
@@ -528,6 +531,64 @@ class _Enumeration:
         sg.forward_arcs = n_before
         sg.cap_pruned = self.capf.pruned if self.capf is not None else 0
         return sg.index_arcs()
+
+
+    def _price_batches(self, kept: list[int]) -> None:
+        """Price the kept arcs not priced yet, the options of one stage from one state at once
+        (``milp_planner.cost.batch.price_batch``, the same floats as ``price_stage``) when they
+        are at least ``BATCH_MIN``; ``finish`` prices the rest one by one (``_priced``)."""
+        pending, node_sid, nodes = self.pending, self.node_sid, self.nodes
+        buckets: dict[tuple, dict] = {}
+        for i in kept:
+            p = pending[i]
+            if p.hit[2] is None:
+                buckets.setdefault((nodes[p.tail][0], node_sid[p.tail], id(p.tab)), {})[id(p.hit)] = p
+        for bucket in buckets.values():
+            if len(bucket) >= BATCH_MIN:
+                self.check()
+                _price_stage_batch(self.pr, list(bucket.values()), self.interned, self.layouts)
+
+
+#: fewest options of one stage from one state priced at once (fewer: one by one, where the
+#: numpy calls per part, tensor and owner would cost more than they save)
+BATCH_MIN = 8
+
+
+def _price_stage_batch(pr: Pricer, items: list, interned: "_Interned", cache: dict) -> None:
+    """Set ``hit[2]`` of the pending arcs ``items`` (one state, one stage table) to their
+    priced arcs (``price_batch``); nothing when the stage's parts read their tensors in
+    different orders (``_priced`` prices them one by one then)."""
+    tab = items[0].tab
+    hit = cache.get(id(tab))
+    if hit is None or hit[0] is not tab:
+        try:
+            layouts = layouts_of([grp.geos for grp in tab.groups], [grp.weights for grp in tab.groups],
+                                 [grp.computed for grp in tab.groups])
+        except ValueError:
+            layouts = None
+        hit = cache[id(tab)] = (tab, layouts)
+    layouts = hit[1]
+    if layouts is None:
+        return
+    oi = np.array([p.oi for p in items], dtype=np.int64)
+    group = tab.group[oi]
+    comp = tab.flat()[1][oi]
+    kmax = comp.shape[1]
+    devs = np.zeros((len(items), kmax), dtype=np.int64)
+    for row, p in enumerate(items):
+        devs[row, :len(p.devs)] = p.devs
+    bp = price_batch(pr, items[0].owners, group, devs, comp, layouts)
+    options, same, groups = interned.values["option"], interned.same, tab.groups
+    for p, gi, tau, energy, load, tr, wts, work in zip(
+            items, group.tolist(), bp.tau.tolist(), bp.energy.tolist(), bp.load.tolist(), bp.transfer_s.tolist(),
+            bp.weights.tolist(), bp.working.tolist()):
+        grp = groups[gi]
+        key = (grp.first, grp.last, grp.axis, grp.ranges, p.devs)
+        opt = options.get(key)
+        if opt is None:
+            opt = options[key] = StageOption(*key)
+        p.hit[2] = Arc(-1, -1, opt, tau, energy, same("load", tuple(load)), tr, same("weights", tuple(wts)),
+                       same("working", tuple(work)))
 
 
 _INTERNED = "interned states"  # the memo's entry holding the ``_Interned`` table
