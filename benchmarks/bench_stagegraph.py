@@ -34,6 +34,7 @@ CASES = (
     ("coopai/vgg16-rpi4-4.yaml", "energy", 16.70),  # the optimum 16.5363 plus 1 %
     ("coopai/vgg16-rpi4-5.yaml", "period", 0.5674),  # the best plan known (567.376 ms): a threshold probe's graph
     ("coopai/vgg16-rpi4-6.yaml", "period", 0.4830),  # a round of the crawl (the table's bound: 483.8 ms)
+    ("distredge/vgg16-da-300mbps.yaml", "period", 0.0235115),  # the issue's second probe (its optimum, 23.5115 ms)
 )
 CHILD = r"""
 import json, resource, sys, time
@@ -118,6 +119,29 @@ READING = """
   also `coopai/vgg16-rpi3-5.yaml` period (1341.2 ms, optimal in 52-57 s). With the plan kept
   aside (the rounds jumping to coopai's 594.1 ms) the jump's graph is not built within its share
   and the gap stays 5.6 %: benchmarks/results/exact-measurements.md (the polish sections) has the table.
+- **Batched pricing (rows `before batches`, 52350f7, and `batched pricing`, db39a5f, taken in
+  turns on 2026-11-29 at load 0.6-0.8).** The arcs the backward pass keeps are priced per (tail
+  state, stage) in one numpy pass (`milp_planner.cost.batch.price_batch`: `price_stage`'s sums in
+  its order, the same floats; `tests/test_batch_pricing.py` compares whole graphs built both
+  ways without tolerance). Same graphs. VGG16's 4 devices within 1 % of the latency optimum
+  (1,483,027 kept arcs): 18.2 -> 9.4 CPU s, **12.3 -> 6.3 us per kept arc: the issue's 7 us is
+  met on this graph**; peak memory unchanged (1,670 MB, 1.1 kB per kept arc: the fifth asked
+  for, about 0.45 kB, is missed). The other graphs did not change: where a build keeps few of
+  the arcs it finds (the 0.4 % latency case, the two probes, the crawl round of
+  `coopai/vgg16-rpi4-6.yaml`) the time is the forward pass's, per (node, stage) about 25 numpy
+  calls on a few hundred options (100-140 us per forward arc on the period graphs): the lever
+  there is a forward pass vectorised over the nodes of a boundary, not the pricing.
+- **The issue's two probes are small now.** `distredge/vgg16-da-300mbps.yaml` period at its
+  optimum (23.5115 ms; the issue measured 2.59 M arcs, 187 CPU s) keeps 4,390 arcs in 1.9 CPU s,
+  and `coopai/vgg16-rpi4-5.yaml` (1.23 M arcs then) 612: both rows are certified in the table.
+- **Why the rows of 6 and 7 Pis stay open: the arcs within a bound, not their cost.** On
+  `coopai/vgg16-rpi4-6.yaml` period (bound 483.8 ms, plan 496.585 ms in the table) the graphs
+  within T keep 7,967 arcs at T = 483.0 ms, 52,009 at 483.5, 148,728 at 484.0, 696,891 at 484.5
+  (29 CPU s, 1.7 GB) and 4,225,636 at 485.0 (265 CPU s under cProfile): x4-6 per 0.1 % of T. The min-max
+  search on the 484.5 graph (30 CPU s) finds no plan within it, so the optimum is above 484.5 ms;
+  a gap of 1 % needs a bound of 491.6 ms, whose graph at that growth would hold some 10^9 times
+  more arcs than at 485. No cost per arc reaches it: what closes those rows is a stronger lower
+  bound of the period (or a plan near 485-489 ms, if one exists), not a faster enumeration.
 """
 
 

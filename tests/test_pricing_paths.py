@@ -30,6 +30,7 @@ import pytest
 from builders import chain_graph, device, fc_graph, make_instance, residual_graph
 from test_exact import tiny
 
+import formulations.stagegraph as stagegraph
 from formulations.options import stage_options
 from formulations.relaxation import layout_bounds
 from formulations.stagegraph import _ExactFloors, arc_floor, build_stage_graph, terminal_floor
@@ -215,8 +216,15 @@ def graphs():
 
 
 def graph_of(graphs, case):
+    """The whole graph of ``case``, every device order, every arc priced in batches
+    (``milp_planner.cost.batch``: the engine's way with large graphs; tests/test_batch_pricing.py
+    checks those prices bit for bit against ``price_stage``)."""
     if case not in graphs:
-        graphs[case] = build_stage_graph(CASES[case](), reduction="none")  # every device order
+        saved, stagegraph.BATCH_MIN = stagegraph.BATCH_MIN, 1
+        try:
+            graphs[case] = build_stage_graph(CASES[case](), reduction="none")
+        finally:
+            stagegraph.BATCH_MIN = saved
     return graphs[case]
 
 

@@ -9,7 +9,9 @@ A stage's cost is assembled in one place, ``price_stage`` (and the final gather 
 evaluator prices every stage through it, and so do the exact engine's
 arcs (``formulations.stagegraph``), the heuristics' simulator (``planners.common.Sim``) and
 DistrEdge, each passing in what it has precomputed (compute seconds, weight and computed
-bytes per part). ``Pricer`` holds the cached per-instance numbers under them.
+bytes per part). ``Pricer`` holds the cached per-instance numbers under them. The stage graph
+prices many options of one stage from one state at once with ``milp_planner.cost.batch``,
+this function's sums in its order, vectorised (tests/test_batch_pricing.py: the same floats).
 
 Decisions where docs/model.md leaves room (also in docs/cost-model.md):
 - A part's need of an external tensor read by several layers of its stage is the one interval
