@@ -216,6 +216,20 @@ def test_the_memory_budget_after_a_plan_stops_with_it(monkeypatch):
     assert ex.memory_out and not ex.certified and ex.found.value == 1.1
 
 
+def test_a_jump_over_the_memory_budget_crawls_back_and_keeps_proving(monkeypatch):
+    """Period with a plan known at 1.5: the small first round finds nothing, the jump to 1.5
+    hits the memory budget, and the rounds crawl on from the first round's bound (before, the
+    budget ended them there: a longer time limit, letting the jump grow further, proved less)."""
+    monkeypatch.setattr(rounds, "_threshold", lambda *a, **k: None)
+    ex = run(monkeypatch, [Graph(1.0025, None, arcs=50), MemoryBudgetExceeded(10**10, 10**9),
+                           Graph(1.01, None, arcs=80), Graph(1.02, None, arcs=90), MemoryBudgetExceeded(10**10, 10**9)],
+             incumbent=1.5, objective="period", full=SimpleNamespace(lower=1.0))
+    assert ex.built[1] == pytest.approx(1.5)  # the jump
+    assert all(u < 1.5 for u in ex.built[2:])  # then the crawl, below it
+    assert ex.memory_out and not ex.certified  # a crawl round over the budget ends the rounds, as before
+    assert ex.lower == pytest.approx(1.02)  # what the crawl proved after the jump
+
+
 def test_the_time_limit_between_rounds(monkeypatch):
     with pytest.raises(SpaceTimeout):
         run(monkeypatch, [Graph(1.3, None)], time_limit=0.0)

@@ -42,7 +42,7 @@ from formulations.tolerance import loose
 from formulations.warmstart import WarmStart
 from milp_planner.cost.floors import lower_floor
 from milp_planner.deadline import Deadline
-from milp_planner.engine.course import Course, RoundSettings, Step
+from milp_planner.engine.course import Course, Mode, RoundSettings, Step
 from milp_planner.engine.drivers import solve_dp
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
@@ -63,6 +63,9 @@ REFINE_SHARE = 0.75
 #: 46.7 ms against 52.9 ms, the pass 20-22 s of the 35 s left of a 60 s solve)
 BLOCKED_OBJECTIVES = ("latency",)
 BLOCKS_SHARE = 0.8
+#: the rounds that aim past what the rounds before them enumerated: a memory budget hit there
+#: sends the rounds back to the crawl instead of ending them
+SPECULATIVE = (Mode.FIRST, Mode.JUMP)
 
 
 class RoundContext(Protocol):
@@ -222,6 +225,21 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             if st.best is None:
                 raise
             return st.stop()
+        except MemoryBudgetExceeded as err:
+            if course.mode not in SPECULATIVE:
+                raise  # the crawl's graphs grow round by round: this is as far as they go
+            # a jump to the plan known (or the small first round) whose graph does not fit the
+            # budget: as one over its cap of arcs, the rounds crawl up from the last bound that
+            # finished, once what the round left in the memo is let go. Before, a longer time
+            # limit let the jump grow until the budget stopped every round
+            # (coopai/vgg16-rpi4-6 period at 240 s: bound 446.0 ms, against 483.0 ms at 60 s,
+            # where the jump's share of the time ran out first and the rounds crawled)
+            err.__traceback__ = None
+            memo.clear()
+            release_memory()
+            if course.too_large(plan.max_arcs) is Step.AGAIN:
+                continue
+            raise
         except PlannerError:
             if st.best is None:
                 raise
