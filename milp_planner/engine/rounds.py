@@ -235,8 +235,7 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
             # (coopai/vgg16-rpi4-6 period at 240 s: bound 446.0 ms, against 483.0 ms at 60 s,
             # where the jump's share of the time ran out first and the rounds crawled)
             err.__traceback__ = None
-            memo.clear()
-            release_memory()
+            _let_go(memo)
             if course.too_large(plan.max_arcs) is Step.AGAIN:
                 continue
             raise
@@ -258,6 +257,12 @@ def _rounds(instance, ctx, solve_graph, warm_start, settings, incumbent, st: _St
         best = st.best.found.value if st.best else None
         if course.advance(sg.forward_arcs, sg.outside, best, st.lower, incumbent) is Step.DONE:
             return st.stop()  # the last round held the best plan found: nothing more to gain
+
+
+def _let_go(memo: dict) -> None:
+    """Forget what the rounds remembered (``build_stage_graph``'s memo) and give the memory back."""
+    memo.clear()
+    release_memory()
 
 
 def _answer_round(sg: StageGraph, ws: WarmStart, ctx: RoundContext, solve_graph: SolveGraph, st: _State,
