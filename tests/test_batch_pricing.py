@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 from itertools import permutations
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -46,9 +47,9 @@ def _seeds(start: int, count: int) -> list[int]:
     return out
 
 
-def arcs_of(inst, batch_min: int, monkeypatch, **kw):
+def arcs_of(inst, batch_min: int, monkeypatch, reduction="none", **kw):
     monkeypatch.setattr(stagegraph, "BATCH_MIN", batch_min)
-    sg = build_stage_graph(inst, reduction="none", **kw)
+    sg = build_stage_graph(inst, reduction=reduction, **kw)
     return [(a.tail, a.head, a.option, a.tau, a.energy, a.load, a.transfer_s, a.weights, a.working, a.relabel)
             for a in sg.arcs]
 
@@ -77,6 +78,7 @@ def _random_instance(seed: int):
 
 
 RANDOM_SEEDS = _seeds(26880, 24)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("seed", RANDOM_SEEDS)
@@ -90,6 +92,20 @@ def test_a_bounded_graph_is_priced_the_same_in_batches(monkeypatch):
 
     inst = load_instance("example:edge-3dev")
     kw = {"objective": "latency", "upper": 0.1015, "max_arcs": 500_000}
+    batched = arcs_of(inst, stagegraph.BATCH_MIN, monkeypatch, **kw)
+    same_bits(batched, arcs_of(inst, 10**9, monkeypatch, **kw))
+
+
+@pytest.mark.parametrize("objective,upper,reduction", [("energy", 16.7, "canonical"), ("energy", 16.7, "first-use"),
+                                                       ("energy", 16.7, "free"), ("period", 0.712, "first-use")])
+def test_graphs_over_device_types_are_priced_the_same_in_batches(objective, upper, reduction, monkeypatch):
+    """Four identical Pis: the tables list one order per sequence of device types and the arcs
+    their real devices (canonical relabelling, first-use and free reductions; period with its
+    own bound as a cap on every device's load)."""
+    from milp_planner.instance.reader import load_instance
+
+    inst = load_instance(ROOT / "instances" / "coopai" / "vgg16-rpi4-4.yaml")
+    kw = {"objective": objective, "upper": upper, "max_arcs": 500_000, "reduction": reduction}
     batched = arcs_of(inst, stagegraph.BATCH_MIN, monkeypatch, **kw)
     same_bits(batched, arcs_of(inst, 10**9, monkeypatch, **kw))
 
