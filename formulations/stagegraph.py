@@ -532,7 +532,6 @@ class _Enumeration:
         sg.cap_pruned = self.capf.pruned if self.capf is not None else 0
         return sg.index_arcs()
 
-
     def _price_batches(self, kept: list[int]) -> None:
         """Price the kept arcs not priced yet, the options of one stage from one state at once
         (``milp_planner.cost.batch.price_batch``, the same floats as ``price_stage``) when they
