@@ -13,6 +13,7 @@ external source and a device outside the stage owning parts of it).
 
 from __future__ import annotations
 
+import doctest
 import random
 from itertools import permutations
 from pathlib import Path
@@ -140,6 +141,12 @@ def test_a_state_the_graphs_rarely_reach_prices_the_same():
             assert got.tau[i] == sp.tau and got.energy[i] == sp.energy and got.transfer_s[i] == sp.transfer_s
             assert got.load[i].tolist() == sp.load
             assert got.weights[i].tolist() == sp.weights and got.working[i].tolist() == sp.working
+
+
+def test_the_modules_example_runs():
+    import milp_planner.cost.batch as batch
+
+    assert doctest.testmod(batch).failed == 0
 
 
 def test_parts_reading_tensors_in_different_orders_are_refused():

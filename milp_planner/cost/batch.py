@@ -1,8 +1,9 @@
 """``price_stage`` for many options of one stage from one state at once, in numpy.
 
-The exact engine prices every arc it keeps (``formulations.stagegraph``), and on the threshold
-probes of the period those are millions of options from a few thousand states: ``price_stage``
-in a Python loop over parts, tensors and owners took two thirds of a build. ``price_batch``
+The exact engine prices every arc it keeps (``formulations.stagegraph``), and near an optimum
+those are millions of options from a few thousand states (VGG16's 4 devices within 1 % of the
+latency optimum: 1.48 M kept arcs from 4,031 nodes): ``price_stage``, a Python loop over parts,
+tensors and owners, took half of that build. ``price_batch``
 prices options that share the state ``owners`` (and the stage's last layer) with the same
 arithmetic in the same order, vectorised over the options, so each float is the one
 ``price_stage`` returns (``tests/test_batch_pricing.py`` compares them bit for bit):
@@ -16,9 +17,9 @@ arithmetic in the same order, vectorised over the options, so each float is the 
   Python's own ``sum`` of the per-device list, as there;
 - weights and working sets are integers, exact in any order.
 
-``price_stage`` stays the definition: this is the same function for a case the engine meets
-a million times, and falls back to nothing (a caller with options whose parts read their
-tensors in different orders prices them one by one).
+``price_stage`` stays the definition: this is the same sums for the case the engine meets a
+million times. What it cannot repeat in order it refuses: ``layouts_of`` raises for parts that
+read their tensors in different orders, and the engine prices those one by one.
 
 >>> import numpy as np
 >>> from milp_planner.cost.evaluator import initial_owners, pricer, price_stage
@@ -27,7 +28,8 @@ tensors in different orders prices them one by one).
 >>> pr = pricer(inst)
 >>> geos = pr.geometry.parts(0, 0, "rows", [(0, 56), (56, 112)])
 >>> owners = initial_owners(pr)
->>> comp = np.array([[pr.compute_time(0, g) for g in geos], [pr.compute_time(2, g) for g in geos]])
+>>> comp = np.array([[pr.compute_time(0, geos[0]), pr.compute_time(1, geos[1])],
+...                  [pr.compute_time(2, geos[0]), pr.compute_time(0, geos[1])]])
 >>> layouts = layouts_of([geos], [[0, 0]], [[0, 0]])
 >>> batch = price_batch(pr, owners, [0, 0], [[0, 1], [2, 0]], comp, layouts)
 >>> one = price_stage(pr, owners, 0, (0, 1), geos, comp[0].tolist(), [0, 0], [0, 0], successor=False)
