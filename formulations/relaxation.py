@@ -98,6 +98,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from milp_planner.deadline import NEVER, Deadline
+from milp_planner.cost.batch import box_cells
 from milp_planner.cost.evaluator import Pricer, pricer
 from milp_planner.model.graph import last_readers
 from milp_planner.space.geometry import tensor_grid
@@ -1287,13 +1288,6 @@ def ranked_incoming_links(instance: Instance):
             inv_bw[d] = sorted(1.0 / net.bandwidth_Bps[s][d] for s in senders)
             lat[d] = sorted(net.latency_s[s][d] for s in senders)
     return inv_bw, lat
-
-
-def box_cells(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Cells in the intersection of boxes (r0, r1, c0, c1) on the last axis, broadcast."""
-    rows = np.clip(np.minimum(a[..., 1], b[..., 1]) - np.maximum(a[..., 0], b[..., 0]), 0, None)
-    cols = np.clip(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 2], b[..., 2]), 0, None)
-    return rows * cols
 
 
 def _exit_reducers(heads: np.ndarray) -> tuple[np.ndarray, list]:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from milp_planner.deadline import NEVER, Deadline
-from milp_planner.cost.batch import layouts_of, price_batch
+from milp_planner.cost.batch import box_cells, layouts_of, price_batch
 from milp_planner.cost.evaluator import EXTERNAL, Pricer, cap_limit, next_owners, price_gather, price_stage, pricer
 from milp_planner.model.graph import last_readers
 from milp_planner.space.geometry import full_region
@@ -41,7 +41,7 @@ from milp_planner.space.plan import Plan
 from formulations.budget import check_memory
 from formulations.dominance import undominated
 from formulations.options import SpaceTooLarge, StageOption, stage_options
-from formulations.relaxation import CHECK_EVERY, LayoutBounds, StageTable, box_cells, layout_bounds, rest_after
+from formulations.relaxation import CHECK_EVERY, LayoutBounds, StageTable, layout_bounds, rest_after
 from formulations.symmetry import REDUCTIONS, Expander, trivial_types
 from formulations.tolerance import FLOOR_MARGIN, loose
 

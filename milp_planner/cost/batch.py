@@ -121,7 +121,8 @@ def price_batch(pr: Pricer, owners: Owners, layout: np.ndarray, devices: np.ndar
     overhead = np.array(pr.stage_overhead, dtype=float)
     links = _Links.of(pr)
     units = [pr.unit_bytes(t) for t in layouts.tensors]
-    owned = [[(o, (r.rows[0], r.rows[1], r.chans[0], r.chans[1])) for o, r in owners[t]] for t in layouts.tensors]
+    owned = [[(o, np.array((r.rows[0], r.rows[1], r.chans[0], r.chans[1]), dtype=np.int64)) for o, r in owners[t]]
+             for t in layouts.tensors]
     width = layouts.widths[layout]
     energy_dev = np.zeros((n, n_dev))
     load = np.zeros((n, n_dev))
@@ -141,10 +142,10 @@ def price_batch(pr: Pricer, owners: Owners, layout: np.ndarray, devices: np.ndar
         extra = np.zeros(len(rows), dtype=np.int64)
         for ti, u in enumerate(units):
             need = layouts.needs[ti, g, j]  # (rows, 4)
-            need_cells = np.clip(need[:, 1] - need[:, 0], 0, None) * np.clip(need[:, 3] - need[:, 2], 0, None)
+            need_cells = box_cells(need, need)
             own_mine = np.full(len(rows), -1, dtype=np.int64)  # cells of the need the device owns (-1: none)
             for o, box in owned[ti]:
-                cells = _cells(need, box)
+                cells = box_cells(need, box)
                 mine = d == o
                 own_mine[mine] = cells[mine]
                 msg = ~mine & (cells > 0)
@@ -165,11 +166,12 @@ def price_batch(pr: Pricer, owners: Owners, layout: np.ndarray, devices: np.ndar
     return BatchPrice(tau, energy, load, transfer_s, wts, working)
 
 
-def _cells(need: np.ndarray, box: tuple) -> np.ndarray:
-    """``intersect_cells`` of needs (rows, 4: r0, r1, c0, c1) and one owned box."""
-    rows = np.clip(np.minimum(need[:, 1], box[1]) - np.maximum(need[:, 0], box[0]), 0, None)
-    chans = np.clip(np.minimum(need[:, 3], box[3]) - np.maximum(need[:, 2], box[2]), 0, None)
-    return rows * chans
+def box_cells(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cells in the intersection of boxes (r0, r1, c0, c1) on the last axis, broadcast: the
+    numpy ``intersect_cells`` (the relaxations use it too)."""
+    rows = np.clip(np.minimum(a[..., 1], b[..., 1]) - np.maximum(a[..., 0], b[..., 0]), 0, None)
+    cols = np.clip(np.minimum(a[..., 3], b[..., 3]) - np.maximum(a[..., 2], b[..., 2]), 0, None)
+    return rows * cols
 
 
 def _owned(pr: Pricer, owners: Owners, n_dev: int) -> np.ndarray:
