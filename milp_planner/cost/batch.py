@@ -206,9 +206,3 @@ class _Links:
                 lat[EXTERNAL] = np.array([float(s) for s in net.source.latency_s])
             hit = pr.__dict__["_batch_links"] = _Links(bw, lat)
         return hit
-
-    def bandwidth(self, o: int, d: np.ndarray) -> np.ndarray:
-        return self.bw[o][d]
-
-    def latency(self, o: int, d: np.ndarray) -> np.ndarray:
-        return self.lat[o][d]
