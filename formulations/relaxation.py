@@ -611,8 +611,11 @@ def _table_floors(cost: "_FloorCost", lb: LayoutBounds, pr: Pricer, tab: StageTa
 
 
 #: at most this many bytes per (classes, exits) float64 array of the backward pass (hidp/vgg19-5node
-#: latency: its whole arrays passed 2 GB between two memory checks)
-BACKWARD_CHUNK_BYTES = 64 * 2**20
+#: latency: its whole arrays passed 2 GB between two memory checks; 64 MB chunks passed it by 50 MB)
+BACKWARD_CHUNK_BYTES = 16 * 2**20
+#: (classes, exits) arrays a chunk of the backward pass holds at once (the gathered floors and
+#: costs to go, their sum)
+BACKWARD_TEMPORARIES = 3
 
 
 def _backward(lb: LayoutBounds, best: dict, collapsed: list[bool], fl: int, deadline: Deadline) -> list:
@@ -630,7 +633,7 @@ def _backward(lb: LayoutBounds, best: dict, collapsed: list[bool], fl: int, dead
             least = np.empty(len(tab.read_of))
             rows = max(1, BACKWARD_CHUNK_BYTES // (8 * max(1, rest.shape[0])))  # (classes, exits) at a time
             for lo in range(0, len(least), rows):
-                _check(deadline, force=True)
+                _check(deadline, need=BACKWARD_TEMPORARIES * 8 * rest.shape[0] * min(rows, len(least) - lo))
                 sl = slice(lo, lo + rows)
                 least[sl] = (best[(b, e)][tab.read_of[sl]] + rest[:, tab.carry_of[sl]].T).min(axis=1)
             # collapsed: one priced row (the empty class), every class bounded by it
@@ -824,7 +827,7 @@ class _FloorCost:
     threshold = None  # period: seconds; an option with a part whose relaxed load exceeds it is out (None: off)
     MAX_ELEMENTS = 3e7  # largest array of received seconds (layouts x regions x devices x options)
     #: bytes of one (layouts, regions, groups, parts) array of a chunk of ``_received``
-    RECEIVE_CHUNK_BYTES = 64 * 2**20
+    RECEIVE_CHUNK_BYTES = 16 * 2**20
     ranked = True  # price what a part receives over its ranked incoming links (``_received_ranked``)
 
     def __init__(self, instance: Instance, objective: str, node_of: np.ndarray | None = None, width: int = 0):
@@ -1030,10 +1033,13 @@ class _FloorCost:
             for a, lab in enumerate(blocks):
                 labels[a, :len(lab)] = lab
         # in chunks of layouts (each layout's row is priced alone): the (L, R, G, k) arrays and
-        # their temporaries passed the budget by 300 MB between two checks (hidp/vgg19-5node)
-        step = max(1, int(self.RECEIVE_CHUNK_BYTES // (8 * rmax * need.shape[0] * need.shape[1])))
+        # their temporaries passed the budget by 300 MB between two checks (hidp/vgg19-5node);
+        # a chunk's widest arrays have R regions or one row per link class (at most n_dev)
+        width = max(rmax, len(pairs), self.n_dev if blocked else 1) * need.shape[0] * need.shape[1]
+        step = max(1, int(self.RECEIVE_CHUNK_BYTES // (8 * width)))
         out = classes = None
         for lo in range(0, len(layouts), step):
+            check_memory(need=RECEIVE_TEMPORARIES * 8 * width * min(step, len(layouts) - lo))
             part, classes = self._received_chunk(pr, t, own[lo:lo + step],
                                                  None if labels is None else labels[lo:lo + step], need, pairs, link)
             if out is None:
@@ -1197,6 +1203,9 @@ class _FloorCost:
 
 
 CHECK_EVERY = 4096  # Python-level items between two deadline and memory checks
+#: arrays as wide as a chunk's widest that ``_received_chunk`` holds at once (its inputs, the
+#: sorted copies, a choice's selection and sums, the best so far): the memory a chunk asks for
+RECEIVE_TEMPORARIES = 8
 
 
 def _checked(items, deadline: Deadline, every: int = CHECK_EVERY):
@@ -1228,8 +1237,8 @@ def _merge_classes(nxt: dict, exits: list[tuple], carries: list[tuple], deadline
     return out
 
 
-def _check(deadline: Deadline, force: bool = False) -> None:
-    check_memory(force)
+def _check(deadline: Deadline, force: bool = False, need: int = 0) -> None:
+    check_memory(force, need)
     deadline.check("the time limit ran out while bounding the plan space")
 
 

@@ -252,6 +252,31 @@ def test_solves_with_the_coarse_blocks_beside_the_full_relaxation_match_brute_fo
     assert ran, "no case ran the coarse pass beside the full relaxation"
 
 
+def test_every_chunk_asks_for_its_temporaries_before_it_allocates(monkeypatch):
+    """The received seconds (``_FloorCost._received``) and the backward pass check the memory
+    budget before every chunk with the bytes the chunk is about to hold (``need``): the peaks
+    of hidp/vgg19-5node passed 2 GB by one chunk's temporaries when only the first was checked."""
+    import sys
+
+    import formulations.relaxation as rel
+
+    asked = []
+
+    def check(force=False, need=0):
+        asked.append((sys._getframe(1).f_code.co_name, need))
+
+    monkeypatch.setattr(rel, "check_memory", check)
+    monkeypatch.setattr(_FloorCost, "RECEIVE_CHUNK_BYTES", 1)  # one layout per chunk: many chunks
+    monkeypatch.setattr(rel, "BACKWARD_CHUNK_BYTES", 1)
+    inst = boards(graph=residual_graph(), search=SearchSpace(2, 3, ("equal",), ("rows", "channels")))
+    rel._MEMO.clear()
+    coarse_bounds(inst, "latency", grid=None, blocks=True)
+    received = [n for f, n in asked if f == "_received"]
+    backward = [n for f, n in asked if f == "_check"]
+    assert len(received) > 2 and all(n > 0 for n in received)
+    assert any(n > 0 for n in backward)
+
+
 @pytest.mark.parametrize("objective", ["latency", "period"])
 def test_received_in_chunks_of_one_layout_gives_the_same_bounds(monkeypatch, objective):
     """``_FloorCost._received`` prices layouts in chunks (``RECEIVE_CHUNK_BYTES``) to bound its
