@@ -15,33 +15,22 @@ import pytest
 from milp_planner.instance.generate import random_spec
 from milp_planner.planners import get_planner
 
-from bed_cases import ROOT, bed
+from bed_cases import ROOT, bed, small_cases
 
 import reference_dp  # noqa: E402  (benchmarks/ is on the path through bed_cases)
 
 REL = 1e-9
 
 
-def _chains(count: int, start: int, max_plans: int = 3000):
-    """Random bed instances inside the reference's scope, with at most ``max_plans`` plans."""
-    seed = start
-    while count:
-        spec = random_spec(seed)
-        seed += 1
-        graph = bed.build_graph(spec)
-        inst = bed.build_instance(spec, graph)
-        try:
-            reference_dp.ChainSpace(inst)
-        except ValueError:
-            continue
-        space = bed.list_space(inst)
-        if bed.plan_count(space, len(graph.layers)) > max_plans:
-            continue
-        count -= 1
-        yield seed - 1, inst, bed.score(inst, list(bed.all_plans(space, len(graph.layers))))
+def _in_scope(inst) -> bool:
+    try:
+        reference_dp.ChainSpace(inst)
+    except ValueError:
+        return False
+    return True
 
 
-CASES = list(_chains(40, 27000))
+CASES = list(small_cases(random_spec, 40, 27000, keep=_in_scope))
 
 
 @pytest.mark.parametrize("seed,inst,table", CASES, ids=[f"seed{c[0]}" for c in CASES])
