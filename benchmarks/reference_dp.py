@@ -12,8 +12,8 @@ is used.
 Scope (anything else raises ``ValueError``): a chain (every layer reads the previous layer's
 output, the first reads the one model input) of conv, pool, elementwise and resize rows, a
 device source and sink, latency without caps; any cost model (linear, roofline, table, stage
-overheads), either medium. The state at a boundary is
-who owns which box of the tensor crossing it (in a chain no other tensor is live); the DP
+overheads), either medium. The state at a boundary is who owns which box of the tensor
+crossing it (in a chain no other tensor is live); the DP
 prices every (state, option) pair of a boundary at once with numpy, and keeps per state the
 least latency of a prefix reaching it.
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import sys
 import time
+from math import prod
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,22 +46,12 @@ class Layout:
     own: tuple  # per part: (r0, r1, c0, c1) of the output tensor's grid
 
 
-def _count(shape: tuple) -> int:
-    out = 1
-    for x in shape:
-        out *= x
-    return out
-
-
 def _grid(shape: tuple) -> tuple[int, int, int]:
     """(rows, channels, elements per cell) of a tensor (docs/model.md section 3, Regions)."""
     if len(shape) == 4:
         n, c, h, w = shape
         return h, c, n * w
-    per = 1
-    for x in shape[:-1]:
-        per *= x
-    return 1, shape[-1], per
+    return 1, shape[-1], prod(shape[:-1])
 
 
 def _window(dep, a: int, b: int, h_in: int) -> tuple[int, int]:
@@ -133,7 +124,7 @@ class ChainSpace:
                     return ys[k - 1] + (ys[k] - ys[k - 1]) * (f - xs[k - 1]) / (xs[k] - xs[k - 1])
         whole = layer.work / float(cm.macs_per_s)
         if cm.kind == "roofline" and cm.mem_bytes_per_s:
-            elems = sum(_count(self.in_shape[i]) for _ in layer.inputs) + _count(layer.shape)
+            elems = sum(prod(self.in_shape[i]) for _ in layer.inputs) + prod(layer.shape)
             whole = max(whole, (elems + layer.params) * self.instance.dtype_bytes / float(cm.mem_bytes_per_s))
         return f * whole + float(cm.overhead_s)
 
