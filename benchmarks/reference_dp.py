@@ -202,7 +202,7 @@ def solve(instance: Instance) -> tuple[float, list]:
     sdev, sbox = _pad(states[n])
     cell_bytes = _grid(space.layers[-1].shape)[2] * instance.dtype_bytes
     sink = instance.network.sink.device
-    sent = _cells(sbox, np.array([0, 1 << 40, 0, 1 << 40])) * cell_bytes  # (states, k): each owner's box
+    sent = (sbox[..., 1] - sbox[..., 0]) * (sbox[..., 3] - sbox[..., 2]) * cell_bytes  # (states, k): each owner's box
     t = np.where((sdev >= 0) & (sdev != sink) & (sent > 0),
                  sent * space.inv_bw[np.maximum(sdev, 0), sink] + space.lat[np.maximum(sdev, 0), sink], 0.0)
     final = best[n] + t.sum(axis=1)
