@@ -39,13 +39,15 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
 class MemoryBudgetExceeded(Exception):
     """The process's resident memory went past the memory budget."""
 
-    def __init__(self, rss: int, budget: int, held: int = 0):
+    def __init__(self, rss: int, budget: int, held: int = 0, need: int = 0):
         before = (f", of which the process held {held / 1e9:.3g} GB when the budget began"
                   if held > RELEASE_SHARE * budget else "")
+        # ``need``: a step about to allocate that much was not started (the process never held it)
+        step = f", and the next step would allocate {need / 1e9:.3g} GB more" if need else ""
         super().__init__(f"the memory budget of {budget / 1e9:.3g} GB was hit (resident memory "
-                         f"{rss / 1e9:.3g} GB{before}, past the {STOP_SHARE:.0%} at which the search stops); "
+                         f"{rss / 1e9:.3g} GB{before}{step}, past the {STOP_SHARE:.0%} at which the search stops); "
                          "raise it with -O memory_budget=SIZE")
-        self.rss, self.budget, self.held = rss, budget, held
+        self.rss, self.budget, self.held, self.need = rss, budget, held, need
 
 
 def parse_size(text) -> int:
@@ -125,7 +127,7 @@ def check_memory(force: bool = False, need: int = 0) -> None:
     _next_read = now + _PERIOD_S
     rss = rss_bytes()
     if rss + need > STOP_SHARE * _budget:
-        raise MemoryBudgetExceeded(rss + need, _budget, _held)
+        raise MemoryBudgetExceeded(rss, _budget, _held, need)
 
 
 def release_memory() -> int:

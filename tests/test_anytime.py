@@ -395,3 +395,21 @@ def test_a_forced_memory_check_reads_within_the_period(monkeypatch):
         with pytest.raises(MemoryBudgetExceeded):
             check_memory(need=10**12)
     assert len(reads) == 5  # and one on entering the budget
+
+
+def test_a_stop_before_a_large_step_says_what_was_resident_and_what_the_step_needed(monkeypatch):
+    """The stop's message gives the memory the process held, not that plus the step it did not
+    start (a table row once said "resident memory 2.34 GB" for a process that never passed 1.6)."""
+    import formulations.budget as budget
+
+    monkeypatch.setattr(budget, "rss_bytes", lambda: 1_500_000_000)
+    with memory_budget(2 * 10**9):
+        with pytest.raises(MemoryBudgetExceeded) as err:
+            check_memory(need=800_000_000)
+    msg = str(err.value)
+    assert "resident memory 1.5 GB, and the next step would allocate 0.8 GB more" in msg, msg
+    assert (err.value.rss, err.value.need) == (1_500_000_000, 800_000_000)
+    with memory_budget(10**9):  # over the share with nothing asked: no step named
+        with pytest.raises(MemoryBudgetExceeded) as err:
+            check_memory(force=True)
+    assert "next step" not in str(err.value) and "resident memory 1.5 GB" in str(err.value)
