@@ -889,16 +889,17 @@ class _FloorCost:
 
         P = max(1, len(read_keys))
         out = np.empty((P, len(tab.exits)))
-        if len(terms) == 2 and P * 2 >= terms[0][0].shape[1] * terms[1][0].shape[1]:
+        if len(terms) == 2 and P * 2 >= terms[0][0].n_rows * terms[1][0].n_rows:
             # a residual Add reads two tensors and the classes hold most pairs of their
             # layouts: price every pair, one layout of the second tensor at a time
             (r1, w1), (r2, w2) = terms
-            pairs = np.empty((r1.shape[1], r2.shape[1], len(tab.exits)))
+            pairs = np.empty((r1.n_rows, r2.n_rows, len(tab.exits)))
             rows = self._chunk_rows(comp.shape[1], len(keep))
-            for l2 in range(r2.shape[1]):
-                for lo in range(0, r1.shape[1], rows):
+            for l2 in range(r2.n_rows):
+                second = r2.rows(slice(l2, l2 + 1))
+                for lo in range(0, r1.n_rows, rows):
                     _check(deadline, force=True)
-                    least(r1[:, lo:lo + rows] + r2[:, l2:l2 + 1], pairs[lo:lo + rows, l2])
+                    least(r1.rows(slice(lo, lo + rows)) + second, pairs[lo:lo + rows, l2])
             out[:] = pairs[w1, w2]
         else:
             bufs = None
@@ -939,8 +940,8 @@ class _FloorCost:
         ``read_key``) of the option of exit ``exit`` whose weighted floor is least."""
         devices, comp, mask, _ = tab.flat()
         rr = np.zeros(comp.shape[::-1])  # (parts, options)
-        for r_t, which in self._terms(lb, pr, tab, [read_key], NEVER, tab.first):
-            rr += r_t[:, which[0], :]
+        for term, which in self._terms(lb, pr, tab, [read_key], NEVER, tab.first):
+            rr += term.rows(which[:1])[:, 0, :]
         f = (self._weighted_comp(tab, devices, comp, mask) + self.weights[devices] * rr.T * mask).sum(axis=1)
         if self.threshold is not None:  # the options the threshold leaves
             over = ((comp + rr.T) * mask > self.threshold * (1 + SAFE)).any(axis=1)
@@ -984,22 +985,14 @@ class _FloorCost:
                                        t in lb.blocked)
             flat_t = r_t.reshape(len(lids), -1)
             # padding parts read a zero column (instead of a multiplication by the mask)
-            src = np.zeros((len(lids), flat_t.shape[1] + 1), dtype=dtype)
-            src[:, :-1] = flat_t
+            src = np.zeros((len(lids) + 1, flat_t.shape[1] + 1), dtype=dtype)  # and a last row of 0
+            src[:-1, :-1] = flat_t
             idx_t = np.where(mask_t > 0, (link[devices] * (G * kmax) + group[:, None] * kmax).T + part, flat_t.shape[1])
-            # (one part's gather alone was 230 MB past the last check: fleet/vgg16-16dev-4types energy)
-            check_memory(need=kmax * (len(lids) + 1) * O * np.dtype(dtype).itemsize)
-            rr = np.zeros((kmax, len(lids) + 1, O), dtype=dtype)  # the last row stays 0
-            for j in range(kmax):  # one contiguous (layouts, options) gather per part
-                np.take(src, idx_t[j], axis=1, out=rr[j, :-1], mode=_UNBUFFERED)
-                _check(deadline, force=True)
-            which = np.array([pos.get(dict(key).get(t), len(lids)) for key in _checked(read_keys, deadline)],
-                             dtype=np.int64)
-            terms.append((rr, which))
+            terms.append((_Term(src, idx_t, deadline), _which_rows(t, pos, read_keys, deadline)))
         for t in sorted(self.inputs & set(needs)) if first else ():
             r_t = self._from_source(pr, t, needs[t])  # (dev, G, kmax)
             rr = (r_t.reshape(-1)[flat_idx] * mask_t)[:, None, :].astype(dtype)  # (kmax, 1, options)
-            terms.append((rr, np.zeros(len(read_keys), dtype=np.int64)))
+            terms.append((_Term.whole(rr), np.zeros(len(read_keys), dtype=np.int64)))
         return terms
 
     def _received(self, pr: Pricer, t: str, layouts: list[tuple], need: np.ndarray, blocked: bool = False):
@@ -1317,6 +1310,64 @@ def _exit_reducers(heads: np.ndarray) -> tuple[np.ndarray, list]:
     return np.arange(len(heads)), reducers
 
 
+#: a tensor's received seconds (parts, read layouts + 1, options) up to this size are gathered
+#: once and held; larger ones are gathered a chunk of rows at a time (``_Term``): held whole they
+#: stopped the full relaxation of fleet/vgg16-16dev-4types energy at the budget, asking for
+#: 1.0-1.3 GB with 0.6-0.8 GB resident
+TERM_BYTES = 256 * 2**20
+
+
+class _Term:
+    """One tensor's received seconds in a stage: (parts, rows, options), one row per read
+    layout and a last row of zeros (the class does not hold the tensor). ``src`` holds, per
+    row, the seconds of every (link class, group, part) and a last column of zeros (what a
+    padding part reads); ``idx`` (parts, options) the column each part of each option reads.
+    Held gathered when that takes at most ``TERM_BYTES``; ``rows`` gathers the rest on demand,
+    so memory stays bounded by the chunks the caller asks for."""
+
+    def __init__(self, src: np.ndarray, idx: np.ndarray, deadline: Deadline = NEVER):
+        self.src, self.idx = src, idx
+        self.n_rows = src.shape[0]
+        self.full = None
+        size = idx.shape[0] * src.shape[0] * idx.shape[1] * src.itemsize
+        if size <= TERM_BYTES:
+            # (one part's gather alone was 230 MB past the last check: fleet/vgg16-16dev-4types energy)
+            check_memory(need=size)
+            full = np.empty((idx.shape[0], src.shape[0], idx.shape[1]), dtype=src.dtype)
+            for j in range(idx.shape[0]):  # one contiguous (rows, options) gather per part
+                np.take(src, idx[j], axis=1, out=full[j], mode=_UNBUFFERED)
+                _check(deadline, force=True)
+            self.full = full
+
+    @classmethod
+    def whole(cls, full: np.ndarray) -> "_Term":
+        """A term given gathered, (parts, rows, options)."""
+        term = cls.__new__(cls)
+        term.src = term.idx = None
+        term.n_rows, term.full = full.shape[1], full
+        return term
+
+    def rows(self, sel, out: np.ndarray | None = None) -> np.ndarray:
+        """(parts, len(sel), options): the rows ``sel`` (an index array, or a slice: then a view
+        when held whole), into ``out`` if given."""
+        if self.full is not None:
+            if isinstance(sel, slice) and out is None:
+                return self.full[:, sel]
+            return np.take(self.full, np.arange(self.n_rows)[sel] if isinstance(sel, slice) else sel,
+                           axis=1, out=out, mode=_UNBUFFERED)
+        sub = self.src[sel]  # (rows asked, cells + 1)
+        if out is None:
+            out = np.empty((self.idx.shape[0], sub.shape[0], self.idx.shape[1]), dtype=self.src.dtype)
+        for j in range(self.idx.shape[0]):
+            np.take(sub, self.idx[j], axis=1, out=out[j], mode=_UNBUFFERED)
+        return out
+
+
+def _which_rows(t: str, pos: dict, read_keys: list[tuple], deadline: Deadline) -> np.ndarray:
+    """Per read key, the row of ``t``'s term holding its layout (the last row: not held)."""
+    return np.array([pos.get(dict(key).get(t), len(pos)) for key in _checked(read_keys, deadline)], dtype=np.int64)
+
+
 def _chunk_received(terms: list, lo: int, hi: int, bufs, parts: int, options: int):
     """(the received seconds (parts, hi - lo, options) of the read layouts ``lo:hi``, summed over
     the tensors read (``terms``: per tensor its (parts, layouts, options) seconds and each
@@ -1324,16 +1375,16 @@ def _chunk_received(terms: list, lo: int, hi: int, bufs, parts: int, options: in
     the chunk adds one (parts, 1, options) row: those are summed first, only the others gathered."""
     base = None
     varying = []
-    for r_t, which in terms:
+    for term, which in terms:
         sel = which[lo:hi]
         if (sel == sel[0]).all():
-            row = r_t[:, sel[0]:sel[0] + 1]
+            row = term.rows(slice(sel[0], sel[0] + 1))
             base = row.copy() if base is None else np.add(base, row, out=base)
         else:
-            varying.append((r_t, sel))
+            varying.append((term, sel))
     if len(varying) == 1 and base is None and (np.diff(varying[0][1]) == 1).all():
-        r_t, sel = varying[0]  # consecutive layouts of one tensor: a view, no copy
-        return r_t[:, sel[0]:sel[-1] + 1], bufs
+        term, sel = varying[0]  # consecutive layouts of one tensor: a view when held whole
+        return term.rows(slice(sel[0], sel[-1] + 1)), bufs
     if not varying:
         return (base if base is not None else np.zeros((parts, 1, options), dtype=np.float32)), bufs
     # two buffers reused across the chunks (fresh large temporaries cost page faults)
@@ -1341,9 +1392,9 @@ def _chunk_received(terms: list, lo: int, hi: int, bufs, parts: int, options: in
     if bufs is None or bufs[0].shape[1] < hi - lo:
         bufs = (np.empty(shape, dtype=np.float32), np.empty(shape, dtype=np.float32))
     rr, tmp = bufs[0][:, :hi - lo], bufs[1][:, :hi - lo]
-    np.take(varying[0][0], varying[0][1], axis=1, out=rr, mode=_UNBUFFERED)
-    for r_t, sel in varying[1:]:
-        np.take(r_t, sel, axis=1, out=tmp, mode=_UNBUFFERED)
+    varying[0][0].rows(varying[0][1], out=rr)
+    for term, sel in varying[1:]:
+        term.rows(sel, out=tmp)
         np.add(rr, tmp, out=rr)
     if base is not None:
         np.add(rr, base, out=rr)

@@ -137,6 +137,31 @@ def test_floors_priced_a_row_at_a_time_are_the_same(case, objective, monkeypatch
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("rows", [None, 1])
+@pytest.mark.parametrize("objective", ["latency", "energy", "period"])
+@pytest.mark.parametrize("case", ["residual-external", "residual-3dev-shared", "chain-3dev", "chain-4dev-ranked"])
+def test_received_terms_gathered_on_demand_give_the_same_floors(case, objective, rows, monkeypatch):
+    """A tensor's received seconds over every read layout and option are held gathered only up
+    to ``TERM_BYTES``; past it (here: always) each chunk gathers its own rows, with the same
+    floors, also one row per chunk (a residual pair's slices included)."""
+    import numpy as np
+
+    import formulations.relaxation as rel
+
+    whole = layout_bounds(ALL[case](), objective)
+    lazy = []
+    orig_rows = rel._Term.rows
+    monkeypatch.setattr(rel._Term, "rows", lambda self, *a, **k: lazy.append(self.full is None) or orig_rows(self, *a, **k))
+    monkeypatch.setattr(rel, "TERM_BYTES", 0)
+    if rows is not None:
+        monkeypatch.setattr(rel._FloorCost, "_chunk_rows", lambda self, *a: rows)
+    again = layout_bounds(ALL[case](), objective)
+    assert any(lazy)  # the on-demand path ran
+    assert again.lower == whole.lower
+    for a, b in zip(again.to_go, whole.to_go, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_a_chunk_of_floors_stays_within_chunk_bytes():
     from formulations.relaxation import _FloorCost
 
