@@ -960,8 +960,8 @@ class _FloorCost:
 
     def _terms(self, lb: LayoutBounds, pr: Pricer, tab: StageTable, read_keys: list[tuple],
                deadline: Deadline, first: bool, keep: np.ndarray | None = None, dtype=float) -> list:
-        """Per tensor the stage reads: ((parts, layouts + 1, options) received seconds, per read
-        key the row of its layout); the last row: the tensor is not in the class, nothing.
+        """Per tensor the stage reads: (its received seconds, a ``_Term`` of (parts, layouts + 1,
+        options), per read key the row of its layout); the last row: the tensor is not in the class, nothing.
         A ``first`` stage also receives the graph's inputs from the source (one row).
         ``keep``: the options (columns) in this order; ``dtype``: of the arrays returned."""
         devices, comp, mask, needs = tab.flat()
@@ -1337,7 +1337,7 @@ class _Term:
             for j in range(idx.shape[0]):  # one contiguous (rows, options) gather per part
                 np.take(src, idx[j], axis=1, out=full[j], mode=_UNBUFFERED)
                 _check(deadline, force=True)
-            self.full = full
+            self.full, self.src, self.idx = full, None, None  # (the table is garbage once gathered)
 
     @classmethod
     def whole(cls, full: np.ndarray) -> "_Term":
