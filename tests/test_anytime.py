@@ -402,14 +402,19 @@ def test_a_stop_before_a_large_step_says_what_was_resident_and_what_the_step_nee
     start (a table row once said "resident memory 2.34 GB" for a process that never passed 1.6)."""
     import formulations.budget as budget
 
-    monkeypatch.setattr(budget, "rss_bytes", lambda: 1_500_000_000)
+    rss = [100_000_000]  # on entering the budget: well under it
+    monkeypatch.setattr(budget, "rss_bytes", lambda: rss[0])
     with memory_budget(2 * 10**9):
+        rss[0] = 1_500_000_000
+        check_memory(force=True)  # 1.5 of 2 GB: under the stop share
         with pytest.raises(MemoryBudgetExceeded) as err:
             check_memory(need=800_000_000)
     msg = str(err.value)
     assert "resident memory 1.5 GB, and the next step would allocate 0.8 GB more" in msg, msg
     assert (err.value.rss, err.value.need) == (1_500_000_000, 800_000_000)
+    rss[0] = 100_000_000
     with memory_budget(10**9):  # over the share with nothing asked: no step named
+        rss[0] = 950_000_000
         with pytest.raises(MemoryBudgetExceeded) as err:
             check_memory(force=True)
-    assert "next step" not in str(err.value) and "resident memory 1.5 GB" in str(err.value)
+    assert "next step" not in str(err.value) and "resident memory 0.95 GB" in str(err.value), str(err.value)
