@@ -1348,13 +1348,12 @@ class _Term:
         return term
 
     def rows(self, sel, out: np.ndarray | None = None) -> np.ndarray:
-        """(parts, len(sel), options): the rows ``sel`` (an index array, or a slice: then a view
-        when held whole), into ``out`` if given."""
+        """(parts, len(sel), options): the rows ``sel``, a slice (a view when held whole) or an
+        index array (gathered into ``out`` if given)."""
         if self.full is not None:
-            if isinstance(sel, slice) and out is None:
+            if isinstance(sel, slice):
                 return self.full[:, sel]
-            return np.take(self.full, np.arange(self.n_rows)[sel] if isinstance(sel, slice) else sel,
-                           axis=1, out=out, mode=_UNBUFFERED)
+            return np.take(self.full, sel, axis=1, out=out, mode=_UNBUFFERED)
         sub = self.src[sel]  # (rows asked, cells + 1)
         if out is None:
             out = np.empty((self.idx.shape[0], sub.shape[0], self.idx.shape[1]), dtype=self.src.dtype)
