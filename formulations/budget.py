@@ -23,6 +23,11 @@ import time
 from contextlib import contextmanager
 
 DEFAULT_BUDGET = 2_000_000_000  # bytes (2 GB: issue #32's ceiling for any run)
+#: the default budget leaves at least this much room above what the process holds when it begins
+#: (after the release): a host that holds data of its own (a notebook, a long research loop, a
+#: test run) gets ``held + DEFAULT_HEADROOM`` instead of a budget it has spent before the search.
+#: A solve from the command line holds 0.1-0.2 GB there, so its budget stays 2 GB.
+DEFAULT_HEADROOM = 1_000_000_000
 _PERIOD_S = 0.05  # seconds between two reads of the RSS
 #: the search stops once the RSS passes this share of the budget: between two checks a step
 #: allocates more (the peaks measured over the certification table, with the check at the budget
@@ -39,15 +44,17 @@ _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 
 class MemoryBudgetExceeded(Exception):
     """The process's resident memory went past the memory budget."""
 
-    def __init__(self, rss: int, budget: int, held: int = 0, need: int = 0):
+    def __init__(self, rss: int, budget: int, held: int = 0, need: int = 0, grown: bool = False):
         before = (f", of which the process held {held / 1e9:.3g} GB when the budget began"
                   if held > RELEASE_SHARE * budget else "")
         # ``need``: a step about to allocate that much was not started (the process never held it)
         step = f", and the next step would allocate {need / 1e9:.3g} GB more" if need else ""
-        super().__init__(f"the memory budget of {budget / 1e9:.3g} GB was hit (resident memory "
+        what = (f"the default memory budget, {DEFAULT_HEADROOM / 1e9:.3g} GB above what the process held, "
+                f"{budget / 1e9:.3g} GB," if grown else f"the memory budget of {budget / 1e9:.3g} GB")
+        super().__init__(f"{what} was hit (resident memory "
                          f"{rss / 1e9:.3g} GB{before}{step}, past the {STOP_SHARE:.0%} at which the search stops); "
                          "raise it with -O memory_budget=SIZE")
-        self.rss, self.budget, self.held, self.need = rss, budget, held, need
+        self.rss, self.budget, self.held, self.need, self.grown = rss, budget, held, need, grown
 
 
 def parse_size(text) -> int:
@@ -93,24 +100,36 @@ def rss_bytes() -> int:
 
 _budget: int | None = None
 _held = 0  # the RSS when the active budget began (after the release), for the stop's message
+_grown = False  # the active budget is its headroom above ``_held`` (for the stop's message)
 _next_read = 0.0
 
 
 @contextmanager
-def memory_budget(budget: int | None):
+def memory_budget(budget: int | None, headroom: int = 0):
     """Within the block, ``check_memory()`` raises once the RSS exceeds ``STOP_SHARE`` of
     ``budget`` bytes (None: no budget). Blocks nest; the inner budget applies inside it. A
-    process above ``RELEASE_SHARE`` of the budget on entry releases its garbage first."""
-    global _budget, _held, _next_read
-    saved = _budget, _held
+    process above ``RELEASE_SHARE`` of the budget on entry releases its garbage first.
+    ``headroom``: the budget is at least what the process holds then plus ``headroom`` bytes
+    (the planners' default budget passes ``DEFAULT_HEADROOM``; a budget the user gives counts
+    the whole process)."""
+    global _budget, _held, _grown, _next_read
+    saved = _budget, _held, _grown
     held = rss_bytes() if budget is not None else 0
     if budget is not None and held > RELEASE_SHARE * budget:
         held = release_memory()
-    _budget, _held, _next_read = budget, held, 0.0
+    grown = budget is not None and headroom > 0 and held + headroom > budget
+    if grown:
+        budget = held + headroom
+    _budget, _held, _grown, _next_read = budget, held, grown, 0.0
     try:
         yield
     finally:
-        _budget, _held = saved
+        _budget, _held, _grown = saved
+
+
+def active_budget() -> int | None:
+    """The budget in force (bytes; after a default budget grew to its headroom), or None."""
+    return _budget
 
 
 def check_memory(force: bool = False, need: int = 0) -> None:
@@ -127,7 +146,7 @@ def check_memory(force: bool = False, need: int = 0) -> None:
     _next_read = now + _PERIOD_S
     rss = rss_bytes()
     if rss + need > STOP_SHARE * _budget:
-        raise MemoryBudgetExceeded(rss, _budget, _held, need)
+        raise MemoryBudgetExceeded(rss, _budget, _held, need, _grown)
 
 
 def release_memory() -> int:

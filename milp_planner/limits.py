@@ -1,6 +1,7 @@
 """The memory a command may use, stated before it starts (issue #30).
 
-The exact planners stop at their ``memory_budget`` (2 GB by default, ``formulations/budget.py``).
+The exact planners stop at their ``memory_budget`` (2 GB by default, or 1 GB above what the
+process holds when the search begins, ``formulations/budget.py``).
 ``inspect``, ``deploy`` and ``run`` state a budget the same way, as an estimate checked before
 the work: a command that would need more is one line naming what is too large, never a crash
 half way (a C library that fails to allocate under ``ulimit -v`` aborts or segfaults, and no

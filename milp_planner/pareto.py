@@ -21,7 +21,8 @@ solver's tolerance (a MILP's 1e-6) is retried a step lower and the range it skip
 excluded (the front is then not certified).
 
 Memory: each ε-step runs under the step planner's ``memory_budget`` (option, default 2 GB of
-resident memory; the lexicographic graph steps too). After every step the front drops its
+resident memory, or 1 GB above what the process holds when the step begins; the lexicographic
+graph steps too). After every step the front drops its
 references to the step's graphs and models, runs the garbage collector and hands freed heap
 back to the system (``release_memory``), so one step's peak is not carried into the next
 (``BoundStep.rss_bytes`` records the resident memory after each step). A step that stops on the
@@ -58,7 +59,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from milp_planner.deadline import Deadline
-from formulations.budget import DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget, parse_size, release_memory
+from formulations.budget import DEFAULT_BUDGET, DEFAULT_HEADROOM, MemoryBudgetExceeded, memory_budget, parse_size, release_memory
 from formulations.pareto import (BoundStep, ParetoFront, ParetoPoint, capped_instance, check_objectives,
                                  hypervolume, lower_bound_set, next_cap, non_dominated, objective_value,
                                  reference_point, resolution)
@@ -122,7 +123,7 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
     cap = float(getattr(instance.constraints, CAP_FIELD[within]))
     deadline = Deadline.after(time_limit)
     try:
-        with memory_budget(DEFAULT_BUDGET if budget is None else budget):
+        with memory_budget(DEFAULT_BUDGET if budget is None else budget, DEFAULT_HEADROOM if budget is None else 0):
             sg = build_stage_graph(instance, objective=within, upper=cap, drop_overflow=True, deadline=deadline,
                                    max_arcs=max_arcs)
     except (TimeoutError, SpaceTooLarge, PlannerError, MemoryBudgetExceeded):
@@ -180,7 +181,7 @@ def _label_solve(sg, instance: Instance, objective: str, deadline: Deadline, bud
     if objective not in CAP_FIELD:
         return None
     try:
-        with memory_budget(DEFAULT_BUDGET if budget is None else budget):
+        with memory_budget(DEFAULT_BUDGET if budget is None else budget, DEFAULT_HEADROOM if budget is None else 0):
             found = capped_shortest_path(sg, objective, memory_caps(sg), additive=additive_caps(instance),
                                          deadline=deadline, max_labels=LEX_LABELS)
     except (LabelLimit, MemoryBudgetExceeded):

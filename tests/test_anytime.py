@@ -10,7 +10,8 @@ import pytest
 from timing import limit_clock
 from builders import chain_graph, device, fc_graph, make_instance, residual_graph
 
-from formulations.budget import STOP_SHARE, MemoryBudgetExceeded, check_memory, memory_budget, parse_size, rss_bytes
+from formulations.budget import (DEFAULT_HEADROOM, STOP_SHARE, MemoryBudgetExceeded, active_budget, check_memory,
+                                 memory_budget, parse_size, rss_bytes)
 from milp_planner.cost.floors import Floor, lower_floor
 from milp_planner.cost.evaluator import evaluate
 from milp_planner.errors import PlannerError
@@ -245,6 +246,58 @@ def test_a_budget_below_the_current_memory_stops_with_a_plan_and_a_bound(anytime
     assert res.bound is not None and res.bound <= res.value and res.bound_source in SOURCES
     if anytime:
         assert res.info["plan_from"].startswith("anytime start")
+
+
+def test_the_default_budget_keeps_its_headroom_above_what_the_process_holds(monkeypatch):
+    """A host holding 1.5 GB (after its release) gets 1 GB more under the default budget, and
+    the whole-process budget it asked for when it gave one; a fresh process keeps 2 GB."""
+    import formulations.budget as budget
+
+    rss = [1_500_000_000]
+    monkeypatch.setattr(budget, "rss_bytes", lambda: rss[0])
+    monkeypatch.setattr(budget, "release_memory", lambda: rss[0])
+    with memory_budget(2 * 10**9, DEFAULT_HEADROOM):
+        assert active_budget() == 2_500_000_000
+        rss[0] = 2_200_000_000  # past 90 % of 2 GB, under 90 % of 2.5
+        check_memory(force=True)
+        rss[0] = 2_300_000_000
+        with pytest.raises(MemoryBudgetExceeded) as err:
+            check_memory(force=True)
+    msg = str(err.value)
+    assert msg.startswith("the default memory budget, 1 GB above what the process held, 2.5 GB, was hit"), msg
+    assert "held 1.5 GB when the budget began" in msg and err.value.grown and err.value.budget == 2_500_000_000
+    assert active_budget() is None
+    rss[0] = 1_500_000_000
+    with memory_budget(2 * 10**9):  # a budget given: the whole process
+        assert active_budget() == 2 * 10**9
+        rss[0] = 1_900_000_000
+        with pytest.raises(MemoryBudgetExceeded, match="^the memory budget of 2 GB was hit") as err:
+            check_memory(force=True)
+    assert not err.value.grown
+    rss[0] = 3 * 10**9
+    with memory_budget(2 * 10**9):  # held past a given budget: it stays, and the search stops
+        assert active_budget() == 2 * 10**9
+        with pytest.raises(MemoryBudgetExceeded, match="^the memory budget of 2 GB was hit"):
+            check_memory(force=True)
+    rss[0] = 150_000_000  # a solve from the command line: the default stays 2 GB
+    with memory_budget(2 * 10**9, DEFAULT_HEADROOM):
+        assert active_budget() == 2 * 10**9
+
+
+def test_a_planner_in_a_process_that_holds_memory_searches_under_its_default_budget(monkeypatch):
+    """A research loop or a test run may hold 1.85 GB before it calls a planner (the slow suite's
+    worker did, and the 2 GB default stopped dp on VGG16 with 0.2 GB to spare): the default
+    budget then leaves it 1 GB, and only a budget the caller gives counts the whole process."""
+    import formulations.budget as budget
+
+    real = budget.rss_bytes
+    base = real()
+    monkeypatch.setattr(budget, "rss_bytes", lambda: real() - base + 1_850_000_000)  # the host's own data
+    inst = FLOOR_CASES["chain-linear"]()
+    res = get_planner("dp").solve(inst, objective="latency", time_limit=30)
+    assert res.status == "optimal" and "stopped_by" not in res.info, res.message
+    res = get_planner("dp", memory_budget="2GB").solve(inst, objective="latency", time_limit=30)
+    assert res.info.get("stopped_by") == "memory budget" and "the memory budget of 2 GB" in res.message
 
 
 @pytest.mark.parametrize("released", [True, False])

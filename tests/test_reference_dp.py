@@ -75,5 +75,5 @@ def test_the_reference_and_dp_agree_on_vgg16(which):
             else reference_dp.twin(3201))
     value, _ = reference_dp.solve(inst)
     res = get_planner("dp").solve(inst, objective="latency", time_limit=120)
-    assert res.status == "optimal"
+    assert res.status == "optimal", res.message
     assert res.value == pytest.approx(value, rel=REL)

@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from formulations.budget import (DEFAULT_BUDGET, MemoryBudgetExceeded, memory_budget, parse_size, release_memory,
-                                 size_problem)
+from formulations.budget import (DEFAULT_BUDGET, DEFAULT_HEADROOM, MemoryBudgetExceeded, active_budget, memory_budget,
+                                 parse_size, release_memory, size_problem)
 from formulations.caps import Fixing
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, disagreement
 from formulations.diagnosis import explain_infeasible
@@ -159,8 +159,9 @@ ANYTIME_OPTIONS = (
     Option("anytime", bool, True, "start from the best fast baseline's plan in the space (docs/exact.md)"),
     Option("improve", bool, True, "spend the time left on exact searches over sub-fleets and smaller spaces "
            "(planners.subfleet; with anytime)"),
-    Option("memory_budget", str, "2GB", "resident memory at which the search stops with its best plan and bound "
-           "(bytes, or like 4GB, 512MB)", check=size_problem),
+    Option("memory_budget", str, None, "resident memory at which the search stops with its best plan and bound "
+           "(bytes, or like 4GB, 512MB); auto: 2GB, or 1GB above what the process holds when the search begins "
+           "if that is more (formulations.budget.DEFAULT_HEADROOM)", check=size_problem),
     Option("memory_search", bool, True, "memory objective: beam searches over small restricted plan spaces "
            "improve the anytime start (milp_planner.engine.memory_search; with anytime)"),
     Option("polish", bool, True, "the best plan built from the stage layouts of the anytime start's plans "
@@ -272,7 +273,7 @@ class ExactPlanner(Planner):
             proven = self._start_proven(instance, ctx, start)
         if proven is not None:
             return proven
-        with memory_budget(self.memory_budget()):
+        with memory_budget(self.memory_budget(), self.memory_headroom()):
             ladder = self.subfleet_ladder(instance, ctx, start)
             self.polish_start(instance, ctx, start)
             done = self._after_rounds(instance, ctx, start, ladder)
@@ -471,7 +472,7 @@ class ExactPlanner(Planner):
         ``IMPROVE_AFTER_MEMORY_SHARE`` of the budget, leaving room for the improvement loop's
         smaller searches (which stop at the budget too); if not, ``info["improve"]`` says why
         the loop was skipped."""
-        rss, budget = release_memory(), self.memory_budget()
+        rss, budget = release_memory(), active_budget() or self.memory_budget()
         if rss < IMPROVE_AFTER_MEMORY_SHARE * budget:
             return True
         res.info["improve"] = {"skipped": f"resident memory {rss / 1e9:.2f} GB after the rounds' release, above "
@@ -482,6 +483,11 @@ class ExactPlanner(Planner):
         """The memory budget in bytes (option ``memory_budget``)."""
         value = self.options.get("memory_budget")
         return DEFAULT_BUDGET if value is None else parse_size(value)
+
+    def memory_headroom(self) -> int:
+        """The room the default budget keeps above what the process holds when the search
+        begins (``DEFAULT_HEADROOM``); 0 for a budget the user gave (the whole process)."""
+        return DEFAULT_HEADROOM if self.options.get("memory_budget") is None else 0
 
     def anytime_start(self, instance: Instance, ctx: SolveContext) -> StartReport | None:
         """The fast baselines' best plan of the space (``planners.anytime_start``), or None when
