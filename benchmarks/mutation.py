@@ -61,6 +61,9 @@ TARGETS = [
      CERT_TESTS + ["tests/test_caps.py", "tests/test_evaluator.py"]),
     ("pareto", "formulations/pareto.py", ["next_cap", "resolution"], EVERY, PARETO_TESTS),
     ("pareto", "milp_planner/pareto.py", ["pareto_front"], EVERY, PARETO_TESTS),
+    #: the memory budget: when a search stops, and what budget a default run gets
+    ("budget", "formulations/budget.py", ["memory_budget", "check_memory", "parse_size"], EVERY,
+     ["tests/test_anytime.py"]),
     ("geometry", "milp_planner/space/geometry.py", ["StageGeometry._row_part", "StageGeometry._channel_part",
                                                     "round_half_up"], EVERY,
      ["tests/test_geometry_golden.py", "tests/test_evaluator.py"]),
@@ -229,7 +232,7 @@ def run_tests(tree: Path, tests: list[str], timeout: float) -> tuple[bool, str]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="write the Markdown results here")
-    p.add_argument("--only", help="only this group (certificate, rounds, course, caps, pareto, geometry)")
+    p.add_argument("--only", help="only this group (certificate, rounds, course, caps, pareto, budget, geometry)")
     p.add_argument("--limit", type=int, help="at most this many mutants (a smoke run)")
     p.add_argument("--timeout", type=float, default=900.0, help="seconds a mutant's tests may take")
     p.add_argument("--list", action="store_true", help="list the mutation sites and stop")

@@ -70,8 +70,8 @@ def parse_size(text) -> int:
             raise ValueError("must be a size in bytes or like 4GB, 512MB, 2GiB")
         value, unit = float(m.group(1)), m.group(2).lower()
     size = value * _UNITS[unit]
-    if not size > 0 or size > 2**60:
-        raise ValueError("must be a size above 0 and at most 2**60 bytes")
+    if not size >= 1 or size > 2**60:  # "0.5" would be a budget of 0 bytes: refused, not rounded down
+        raise ValueError("must be a size of at least 1 byte and at most 2**60 bytes")
     return int(size)
 
 

@@ -215,9 +215,10 @@ def test_projection_puts_every_baseline_plan_into_the_space(path):
 def test_parse_size_and_option():
     assert parse_size("4GB") == 4 * 10**9 and parse_size("512 MB") == 512 * 10**6
     assert parse_size("2GiB") == 2 * 2**30 and parse_size(1000) == 1000 and parse_size("1e9") == 10**9
-    for bad in ("4XB", "-1GB", "0", "GB", True):
+    for bad in ("4XB", "-1GB", "0", "GB", True, "0.5", "0.9B", "2e18", 2**61, float("nan"), float("inf")):
         with pytest.raises(ValueError):
             parse_size(bad)
+    assert parse_size(1) == 1 and parse_size("1.5") == 1 and parse_size(2**60) == 2**60  # the two ends
     with pytest.raises(PlannerError, match="memory_budget"):
         get_planner("dp", memory_budget="lots")
     assert get_planner("milp", memory_budget="3GB").memory_budget() == 3 * 10**9
@@ -419,6 +420,8 @@ def test_a_budget_begun_above_half_its_size_releases_garbage_and_says_what_was_h
     monkeypatch.setattr(budget, "release_memory", release)
     with memory_budget(1000):  # 300 of 1000: below the share, nothing released
         check_memory(force=True)
+    with memory_budget(600):  # exactly the share: nothing released either
+        pass
     assert released == []
     with memory_budget(400):  # 300 of 400: released first, 250 held, under the stop share
         check_memory(force=True)
