@@ -283,6 +283,12 @@ def test_the_default_budget_keeps_its_headroom_above_what_the_process_holds(monk
     rss[0] = 150_000_000  # a solve from the command line: the default stays 2 GB
     with memory_budget(2 * 10**9, DEFAULT_HEADROOM):
         assert active_budget() == 2 * 10**9
+    rss[0] = 10**9  # the headroom exactly reaches the budget: not grown, and the stop says so
+    with memory_budget(2 * 10**9, 10**9):
+        rss[0] = 1_900_000_000
+        with pytest.raises(MemoryBudgetExceeded, match="^the memory budget of 2 GB was hit") as err:
+            check_memory(force=True)
+    assert not err.value.grown
 
 
 def test_a_planner_in_a_process_that_holds_memory_searches_under_its_default_budget(monkeypatch):
