@@ -68,6 +68,7 @@ from milp_planner.cost.evaluator import evaluate
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
 from milp_planner.planners import PlanResult, get_planner
+from milp_planner.planners.exact import auto_budget
 
 #: how a point is shown non-dominated (``pareto_front(lexicographic=...)``)
 LEXICOGRAPHIC = ("auto", "steps", "lazy")
@@ -496,7 +497,7 @@ def _lex_options(planner: str, options: dict) -> dict:
         return {}
     resolved = get_planner(planner, **options).options
     out = {"max_arcs": int(resolved.get("max_arcs", 3_000_000))}
-    if resolved.get("memory_budget") is not None:
+    if not auto_budget(resolved.get("memory_budget")):
         out["budget"] = parse_size(resolved["memory_budget"])
     return out
 

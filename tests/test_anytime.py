@@ -223,6 +223,10 @@ def test_parse_size_and_option():
         get_planner("dp", memory_budget="lots")
     assert get_planner("milp", memory_budget="3GB").memory_budget() == 3 * 10**9
     assert get_planner("cpsat").memory_budget() == 2 * 10**9
+    for auto in (None, "auto", " AUTO "):  # what `milp-planner planners` shows as the default, given back
+        planner = get_planner("dp") if auto is None else get_planner("dp", memory_budget=auto)
+        assert planner.memory_budget() == 2 * 10**9 and planner.memory_headroom() == DEFAULT_HEADROOM
+    assert get_planner("dp", memory_budget="2GB").memory_headroom() == 0
 
 
 def test_check_memory_raises_only_inside_a_budget():

@@ -154,6 +154,16 @@ ROUND_OPTIONS = (
            "formulations.coarse) or auto (full within half the time left, else coarse)",
            choices=("auto", "full", "coarse")),
 )
+def auto_budget(value) -> bool:
+    """The option ``memory_budget`` left to its default (unset, or given as ``auto``)."""
+    return value is None or (isinstance(value, str) and value.strip().lower() == "auto")
+
+
+def budget_problem(value) -> str | None:
+    """The reason ``value`` is neither ``auto`` nor a size, or None."""
+    return None if auto_budget(value) else size_problem(value)
+
+
 #: the options of the anytime start and the memory budget (dp, milp, cpsat)
 ANYTIME_OPTIONS = (
     Option("anytime", bool, True, "start from the best fast baseline's plan in the space (docs/exact.md)"),
@@ -161,7 +171,7 @@ ANYTIME_OPTIONS = (
            "(planners.subfleet; with anytime)"),
     Option("memory_budget", str, None, "resident memory at which the search stops with its best plan and bound "
            "(bytes, or like 4GB, 512MB); auto: 2GB, or 1GB above what the process holds when the search begins "
-           "if that is more (formulations.budget.DEFAULT_HEADROOM)", check=size_problem),
+           "if that is more (formulations.budget.DEFAULT_HEADROOM)", check=budget_problem),
     Option("memory_search", bool, True, "memory objective: beam searches over small restricted plan spaces "
            "improve the anytime start (milp_planner.engine.memory_search; with anytime)"),
     Option("polish", bool, True, "the best plan built from the stage layouts of the anytime start's plans "
@@ -482,12 +492,12 @@ class ExactPlanner(Planner):
     def memory_budget(self) -> int:
         """The memory budget in bytes (option ``memory_budget``)."""
         value = self.options.get("memory_budget")
-        return DEFAULT_BUDGET if value is None else parse_size(value)
+        return DEFAULT_BUDGET if auto_budget(value) else parse_size(value)
 
     def memory_headroom(self) -> int:
         """The room the default budget keeps above what the process holds when the search
         begins (``DEFAULT_HEADROOM``); 0 for a budget the user gave (the whole process)."""
-        return DEFAULT_HEADROOM if self.options.get("memory_budget") is None else 0
+        return DEFAULT_HEADROOM if auto_budget(self.options.get("memory_budget")) else 0
 
     def anytime_start(self, instance: Instance, ctx: SolveContext) -> StartReport | None:
         """The fast baselines' best plan of the space (``planners.anytime_start``), or None when
