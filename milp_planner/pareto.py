@@ -59,7 +59,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from milp_planner.deadline import Deadline
-from formulations.budget import DEFAULT_BUDGET, DEFAULT_HEADROOM, MemoryBudgetExceeded, memory_budget, parse_size, release_memory
+from formulations.budget import (DEFAULT_BUDGET, DEFAULT_HEADROOM, MemoryBudgetExceeded, memory_budget, parse_size,
+                                 release_memory)
 from formulations.pareto import (BoundStep, ParetoFront, ParetoPoint, capped_instance, check_objectives,
                                  hypervolume, lower_bound_set, next_cap, non_dominated, objective_value,
                                  reference_point, resolution)
@@ -101,6 +102,14 @@ def planner_solve(planner: str = "milp", **options) -> Solve:
 CAP_FIELD = {"latency": "latency_s", "energy": "energy_j"}
 
 
+def _step_budget(budget: int | None):
+    """The memory budget of a lexicographic step: ``budget`` bytes of the whole process, or
+    (None) the planners' default, 2 GB or ``DEFAULT_HEADROOM`` above what the process holds."""
+    if budget is None:
+        return memory_budget(DEFAULT_BUDGET, DEFAULT_HEADROOM)
+    return memory_budget(budget)
+
+
 def lexicographic_solve(instance: Instance, objective: str, within: str, time_limit: float | None, *,
                         max_arcs: int = 3_000_000, budget: int | None = None):
     """Minimise ``objective`` over the plans whose ``within`` (latency or energy, capped in
@@ -124,7 +133,7 @@ def lexicographic_solve(instance: Instance, objective: str, within: str, time_li
     cap = float(getattr(instance.constraints, CAP_FIELD[within]))
     deadline = Deadline.after(time_limit)
     try:
-        with memory_budget(DEFAULT_BUDGET if budget is None else budget, DEFAULT_HEADROOM if budget is None else 0):
+        with _step_budget(budget):
             sg = build_stage_graph(instance, objective=within, upper=cap, drop_overflow=True, deadline=deadline,
                                    max_arcs=max_arcs)
     except (TimeoutError, SpaceTooLarge, PlannerError, MemoryBudgetExceeded):
@@ -182,7 +191,7 @@ def _label_solve(sg, instance: Instance, objective: str, deadline: Deadline, bud
     if objective not in CAP_FIELD:
         return None
     try:
-        with memory_budget(DEFAULT_BUDGET if budget is None else budget, DEFAULT_HEADROOM if budget is None else 0):
+        with _step_budget(budget):
             found = capped_shortest_path(sg, objective, memory_caps(sg), additive=additive_caps(instance),
                                          deadline=deadline, max_labels=LEX_LABELS)
     except (LabelLimit, MemoryBudgetExceeded):

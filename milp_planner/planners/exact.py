@@ -154,6 +154,8 @@ ROUND_OPTIONS = (
            "formulations.coarse) or auto (full within half the time left, else coarse)",
            choices=("auto", "full", "coarse")),
 )
+
+
 def auto_budget(value) -> bool:
     """The option ``memory_budget`` left to its default (unset, or given as ``auto``)."""
     return value is None or (isinstance(value, str) and value.strip().lower() == "auto")
