@@ -84,6 +84,16 @@ def size_problem(text) -> str | None:
     return None
 
 
+def auto_budget(value) -> bool:
+    """A planner's ``memory_budget`` option left to its default (unset, or given as ``auto``)."""
+    return value is None or (isinstance(value, str) and value.strip().lower() == "auto")
+
+
+def budget_problem(value) -> str | None:
+    """The reason ``value`` is neither ``auto`` nor a size (the option's check), or None."""
+    return None if auto_budget(value) else size_problem(value)
+
+
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 

@@ -59,8 +59,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from milp_planner.deadline import Deadline
-from formulations.budget import (DEFAULT_BUDGET, DEFAULT_HEADROOM, MemoryBudgetExceeded, memory_budget, parse_size,
-                                 release_memory)
+from formulations.budget import (DEFAULT_BUDGET, DEFAULT_HEADROOM, MemoryBudgetExceeded, auto_budget, memory_budget,
+                                 parse_size, release_memory)
 from formulations.pareto import (BoundStep, ParetoFront, ParetoPoint, capped_instance, check_objectives,
                                  hypervolume, lower_bound_set, next_cap, non_dominated, objective_value,
                                  reference_point, resolution)
@@ -69,7 +69,6 @@ from milp_planner.cost.evaluator import evaluate
 from milp_planner.errors import PlannerError
 from milp_planner.instance import Instance
 from milp_planner.planners import PlanResult, get_planner
-from milp_planner.planners.exact import auto_budget
 
 #: how a point is shown non-dominated (``pareto_front(lexicographic=...)``)
 LEXICOGRAPHIC = ("auto", "steps", "lazy")

@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from formulations.budget import (DEFAULT_BUDGET, DEFAULT_HEADROOM, MemoryBudgetExceeded, active_budget, memory_budget,
-                                 parse_size, release_memory, size_problem)
+from formulations.budget import (DEFAULT_BUDGET, DEFAULT_HEADROOM, MemoryBudgetExceeded, active_budget, auto_budget,
+                                 budget_problem, memory_budget, parse_size, release_memory)
 from formulations.caps import Fixing
 from formulations.certificate import Exploration, GraphSolve, MemoryStop, SearchStopped, SpaceTimeout, disagreement
 from formulations.diagnosis import explain_infeasible
@@ -154,16 +154,6 @@ ROUND_OPTIONS = (
            "formulations.coarse) or auto (full within half the time left, else coarse)",
            choices=("auto", "full", "coarse")),
 )
-
-
-def auto_budget(value) -> bool:
-    """The option ``memory_budget`` left to its default (unset, or given as ``auto``)."""
-    return value is None or (isinstance(value, str) and value.strip().lower() == "auto")
-
-
-def budget_problem(value) -> str | None:
-    """The reason ``value`` is neither ``auto`` nor a size, or None."""
-    return None if auto_budget(value) else size_problem(value)
 
 
 #: the options of the anytime start and the memory budget (dp, milp, cpsat)
